@@ -1,0 +1,13 @@
+"""One exception type for every mistake a user can fix.
+
+The CLI prints a :class:`DyntcError` as a one-line message (no traceback) and exits with status 2;
+anything else is a bug and keeps its traceback.
+"""
+
+
+class DyntcError(ValueError):
+    """Bad input, missing data or an incompatible file; the message names the culprit and the fix."""
+
+
+class NotFittedError(DyntcError, AttributeError):
+    """A model was used before `fit` (or `load`)."""
