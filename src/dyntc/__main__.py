@@ -1,0 +1,3 @@
+from dyntc.cli import main
+
+main()

@@ -1,0 +1,188 @@
+"""The paper's three models on top of any :class:`~dyntc.encoders.base.TextEncoder`.
+
+- :class:`PrototypicalNetwork` (EUC / HYP): a class is the mean of its embedded support examples
+  (Euclidean mean, or hyperbolic Fréchet mean on the hyperboloid); logits are ``-d²`` to each prototype.
+- :class:`MLPClassifier` (MLP): the same encoder and a linear output layer, replaced for a new label set.
+- :class:`KNNProbe` (MLP-KNN): k-nearest-neighbour vote on the MLP's penultimate layer (the encoder output).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from dyntc.encoders.base import TextEncoder
+from dyntc.errors import DyntcError
+from dyntc.geometry import euclidean, lorentz
+
+Metric = Literal["euclidean", "hyperbolic"]
+METRICS = ("euclidean", "hyperbolic")
+
+
+def group_by_class(labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of each class's examples, padded: ``index (C, m)`` and ``mask (C, m)``, m = largest class.
+
+    Lets per-class means run as one batched operation instead of a Python loop over classes.
+    """
+    labels = labels.long()
+    counts = torch.bincount(labels, minlength=n_classes)
+    if len(counts) > n_classes:
+        raise DyntcError(f"label id {int(labels.max())} out of range for {n_classes} classes")
+    if (counts == 0).any():
+        missing = torch.nonzero(counts == 0).flatten().tolist()
+        raise DyntcError(f"classes {missing[:10]} have no support examples; every class needs at least one")
+    order = torch.argsort(labels, stable=True)
+    sorted_labels = labels[order]
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.arange(len(labels), device=labels.device) - starts[sorted_labels]
+    width = int(counts.max())
+    index = torch.zeros(n_classes, width, dtype=torch.long, device=labels.device)
+    mask = torch.zeros(n_classes, width, dtype=torch.bool, device=labels.device)
+    index[sorted_labels, position] = order
+    mask[sorted_labels, position] = True
+    return index, mask
+
+
+class PrototypicalNetwork(nn.Module):
+    """Nearest-prototype classifier in a learned Euclidean or hyperbolic space.
+
+    Hyperbolic: the encoder output ``h`` is lifted to the hyperboloid ``(sqrt(1+|h|²), h)``; a
+    prototype is the Fréchet mean of its support points, started at the normalised Euclidean mean
+    and solved for ``train_mean_iters`` steps in training (paper: 5) and ``eval_mean_iters`` at
+    evaluation (paper: 100; our solver usually converges much sooner). By default the mean is
+    detached from the graph as in the paper; ``differentiable_mean=True`` backpropagates through it.
+    """
+
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        metric: Metric = "euclidean",
+        *,
+        train_mean_iters: int = 5,
+        eval_mean_iters: int = 100,
+        differentiable_mean: bool = False,
+    ):
+        super().__init__()
+        if metric not in METRICS:
+            raise DyntcError(f"metric must be one of {METRICS}, got {metric!r}")
+        self.encoder = encoder
+        self.metric = metric
+        self.train_mean_iters = train_mean_iters
+        self.eval_mean_iters = eval_mean_iters
+        self.differentiable_mean = differentiable_mean
+
+    def config(self) -> dict:
+        return {
+            "metric": self.metric,
+            "train_mean_iters": self.train_mean_iters,
+            "eval_mean_iters": self.eval_mean_iters,
+            "differentiable_mean": self.differentiable_mean,
+        }
+
+    def embed(self, **batch: torch.Tensor) -> torch.Tensor:
+        """Points in the metric space: ``(B, d)`` Euclidean or ``(B, d+1)`` on the hyperboloid."""
+        return self.to_metric_space(self.encoder(**batch))
+
+    def to_metric_space(self, h: torch.Tensor) -> torch.Tensor:
+        return lorentz.project(h) if self.metric == "hyperbolic" else h
+
+    def prototypes(self, points: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:
+        """One prototype per class ``0..n_classes-1`` from labelled points -> ``(n_classes, dim)``."""
+        index, mask = group_by_class(labels, n_classes)
+        grouped = points[index]  # (C, m, dim)
+        weights = mask.to(points.dtype)
+        if self.metric == "euclidean":
+            return euclidean.mean(grouped, weights)
+        iters = self.train_mean_iters if self.training else self.eval_mean_iters
+        return lorentz.frechet_mean(grouped, weights, max_iter=iters, differentiable=self.differentiable_mean)
+
+    def sq_distances(self, queries: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+        if self.metric == "euclidean":
+            return euclidean.sq_distance_matrix(queries, prototypes)
+        return lorentz.sq_distance_matrix(queries, prototypes)
+
+    def logits(self, queries: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+        """``-d²(query, prototype)``: softmax over these is the model's class distribution."""
+        return -self.sq_distances(queries, prototypes)
+
+    def episode_loss(
+        self,
+        support: dict[str, torch.Tensor],
+        support_labels: torch.Tensor,
+        query: dict[str, torch.Tensor],
+        query_labels: torch.Tensor,
+        n_classes: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy over ``softmax(-d²)`` of the queries; returns ``(loss, n_correct)``."""
+        protos = self.prototypes(self.embed(**support), support_labels, n_classes)
+        logits = self.logits(self.embed(**query), protos)
+        loss = nn.functional.cross_entropy(logits, query_labels)
+        return loss, (logits.argmax(1) == query_labels).sum()
+
+
+class MLPClassifier(nn.Module):
+    """The paper's baseline: the encoder followed by one linear output layer."""
+
+    def __init__(self, encoder: TextEncoder, n_classes: int):
+        super().__init__()
+        if n_classes < 2:
+            raise DyntcError(f"n_classes must be >= 2, got {n_classes}")
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.output_dim, n_classes)
+
+    def config(self) -> dict:
+        return {"n_classes": self.head.out_features}
+
+    def forward(self, **batch: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(**batch))
+
+    def replace_head(self, n_classes: int) -> None:
+        """A fresh output layer for a new label set; the encoder is kept (the paper's fine-tuning)."""
+        if n_classes < 2:
+            raise DyntcError(f"n_classes must be >= 2, got {n_classes}")
+        device = self.head.weight.device
+        self.head = nn.Linear(self.encoder.output_dim, n_classes).to(device)
+
+
+class KNNProbe:
+    """k-nearest-neighbour vote (Euclidean) on fixed features; ties go to the nearer neighbours."""
+
+    def __init__(self, k: int = 5):
+        if k < 1:
+            raise DyntcError(f"k must be >= 1, got {k}")
+        self.k = k
+        self._features: torch.Tensor | None = None
+
+    def fit(self, features: torch.Tensor, labels: torch.Tensor) -> "KNNProbe":
+        if len(features) != len(labels) or len(features) == 0:
+            raise DyntcError(f"KNNProbe.fit needs as many labels as features (>0), got {len(features)}, {len(labels)}")
+        self._features, self._labels = features.float(), labels.long()
+        self._n_classes = int(labels.max()) + 1
+        return self
+
+    @torch.no_grad()
+    def predict(self, features: torch.Tensor) -> torch.Tensor:
+        if self._features is None:
+            raise DyntcError("KNNProbe.predict called before fit")
+        k = min(self.k, len(self._features))
+        dist = euclidean.sq_distance_matrix(features.float(), self._features)
+        nearest = dist.topk(k, dim=1, largest=False).indices  # (N, k), nearest first
+        votes = torch.zeros(len(features), self._n_classes)
+        # Each neighbour votes 1, plus a tie-breaking bonus smaller than one vote that favours nearer ones.
+        weight = 1.0 + (k - torch.arange(k, dtype=torch.float32)) / (k * (k + 1))
+        votes.scatter_add_(1, self._labels[nearest], weight.expand(len(features), k).contiguous())
+        return votes.argmax(1)
+
+
+MODEL_NAMES = {"euc": "euclidean", "hyp": "hyperbolic", "mlp": None}
+
+
+def build_model(name: str, encoder: TextEncoder, n_classes: int) -> PrototypicalNetwork | MLPClassifier:
+    """``"euc"`` / ``"hyp"`` -> :class:`PrototypicalNetwork`, ``"mlp"`` -> :class:`MLPClassifier`."""
+    if name not in MODEL_NAMES:
+        raise DyntcError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")
+    if name == "mlp":
+        return MLPClassifier(encoder, n_classes)
+    return PrototypicalNetwork(encoder, MODEL_NAMES[name])

@@ -1,0 +1,286 @@
+"""Training and evaluation loops: episodic (prototypical networks) and supervised (MLP).
+
+Texts are featurized once (``Encoded``); loops only collate and run the encoder. Both loops use
+Adam, evaluate on dev every so often, stop early after ``patience`` evaluations without
+improvement, and finish with the best weights restored (a real copy, not a reference).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from dyntc.data.episodes import EpisodeSampler
+from dyntc.encoders.base import TextEncoder
+from dyntc.errors import DyntcError
+from dyntc.models import KNNProbe, MLPClassifier, PrototypicalNetwork
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 1e-3
+    max_episodes: int = 10_000  # prototypical (paper: 10,000)
+    max_epochs: int = 100  # supervised (paper: 100)
+    batch_size: int = 64  # supervised
+    n_support: int = 4
+    n_query: int = 64  # per episode, in total
+    max_classes: int = 50
+    eval_every: int = 100  # episodes between dev evaluations
+    patience: int = 10  # dev evaluations without improvement before stopping
+    eval_support_per_class: int | None = None  # dev-time prototypes: at most this many train examples per class
+    time_budget_s: float | None = None  # stop (keeping the best weights) after this many seconds
+    seed: int = 0
+    device: str = "cpu"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_episodes", "max_epochs", "batch_size", "eval_every", "patience"):
+            if getattr(self, name) < 1:
+                raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise DyntcError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class TrainResult:
+    best_dev_acc: float | None
+    steps: int
+    seconds: float
+    stopped_early: bool
+    history: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Encoded:
+    """Featurized texts with integer labels indexing ``classes``."""
+
+    items: list[Any]
+    labels: np.ndarray
+    classes: list[str]
+
+    @classmethod
+    def of(cls, encoder: TextEncoder, texts: Sequence[str], labels: Sequence[str], classes: Sequence[str]) -> "Encoded":
+        check_texts(texts)
+        index = {c: i for i, c in enumerate(classes)}
+        unknown = sorted(set(labels) - index.keys())
+        if unknown:
+            raise DyntcError(f"labels {unknown[:5]} are not among the {len(classes)} classes of this model")
+        return cls(encoder.featurize(texts), np.array([index[y] for y in labels], dtype=np.int64), list(classes))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def take(self, indices: np.ndarray) -> "Encoded":
+        return Encoded([self.items[i] for i in indices], self.labels[indices], self.classes)
+
+    def per_class(self, limit: int | None, seed: int = 0) -> "Encoded":
+        """At most `limit` examples of each class (all when None), chosen at random."""
+        if limit is None:
+            return self
+        rng = np.random.default_rng(seed)
+        keep = [rng.permutation(np.flatnonzero(self.labels == c))[:limit] for c in np.unique(self.labels)]
+        return self.take(np.sort(np.concatenate(keep)))
+
+
+def check_texts(texts: Sequence[str], name: str = "texts") -> None:
+    if isinstance(texts, str):
+        raise DyntcError(f"{name} must be a list of strings, not a single string")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise DyntcError(f"{name}[{i}] is {type(t).__name__}, expected str")
+        if not t.strip():
+            raise DyntcError(f"{name}[{i}] is empty; remove empty texts before training or predicting")
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
+    """``fn(**batch)`` over `items` in eval mode, batches of similar length; rows in input order."""
+    was_training = fn.training
+    fn.eval()
+    device = _device_of(fn)
+    order = np.argsort([len(x) for x in items], kind="stable")
+    out = []
+    try:
+        for start in range(0, len(items), batch_size):
+            chunk = [items[i] for i in order[start : start + batch_size]]
+            out.append(fn(**_to(encoder.collate(chunk), device)).float())
+    finally:
+        fn.train(was_training)
+    if not out:
+        raise DyntcError("nothing to embed: the list of texts is empty")
+    result = torch.empty_like(torch.cat(out))
+    result[torch.as_tensor(order, device=result.device)] = torch.cat(out)
+    return result
+
+
+class _Embedder(nn.Module):
+    """Wraps a model's point-producing method so that :func:`embed` can batch it."""
+
+    def __init__(self, model: nn.Module, method: str):
+        super().__init__()
+        self.model, self.method = model, method
+
+    def forward(self, **batch):
+        return getattr(self.model, self.method)(**batch)
+
+
+def prototypical_predict(
+    model: PrototypicalNetwork, support: Encoded, queries: Sequence[Any], batch_size: int = 256
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prototypes from `support` (all of its examples), then ``(predicted ids, -d² logits)`` of `queries`."""
+    embedder = _Embedder(model, "embed")
+    was_training = model.training
+    model.eval()
+    try:
+        points = embed(embedder, model.encoder, support.items, batch_size)
+        protos = model.prototypes(points, torch.as_tensor(support.labels, device=points.device), len(support.classes))
+        logits = model.logits(embed(embedder, model.encoder, queries, batch_size), protos)
+    finally:
+        model.train(was_training)
+    return logits.argmax(1).cpu(), logits.cpu()
+
+
+def prototypical_accuracy(model: PrototypicalNetwork, support: Encoded, query: Encoded) -> float:
+    pred, _ = prototypical_predict(model, support, query.items)
+    return float((pred.numpy() == query.labels).mean())
+
+
+def supervised_accuracy(model: MLPClassifier, data: Encoded) -> float:
+    logits = embed(model, model.encoder, data.items)
+    return float((logits.argmax(1).cpu().numpy() == data.labels).mean())
+
+
+def knn_accuracy(encoder: TextEncoder, support: Encoded, query: Encoded, k: int = 5) -> float:
+    """The paper's MLP-KNN: k-NN vote on encoder outputs (the MLP's penultimate layer)."""
+    probe = KNNProbe(k).fit(embed(encoder, encoder, support.items).cpu(), torch.as_tensor(support.labels))
+    pred = probe.predict(embed(encoder, encoder, query.items).cpu())
+    return float((pred.numpy() == query.labels).mean())
+
+
+class _EarlyStopping:
+    def __init__(self, model: nn.Module, patience: int):
+        self.model, self.patience = model, patience
+        self.best: float | None = None
+        self.best_state: dict | None = None
+        self.bad = 0
+
+    def update(self, score: float) -> bool:
+        """Record a dev score; True when training should stop."""
+        if self.best is None or score > self.best:
+            self.best, self.bad = score, 0
+            self.best_state = copy.deepcopy(self.model.state_dict())
+        else:
+            self.bad += 1
+        return self.bad >= self.patience
+
+    def restore(self) -> None:
+        if self.best_state is not None:
+            self.model.load_state_dict(self.best_state)
+
+
+def train_prototypical(
+    model: PrototypicalNetwork, train: Encoded, dev: Encoded | None, cfg: TrainConfig
+) -> TrainResult:
+    """Episodic training (Adam on cross-entropy over ``softmax(-d²)``), early stopping on dev accuracy
+    with prototypes built from the training set."""
+    torch.manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    model.to(device).train()
+    sampler = EpisodeSampler(
+        train.labels, n_support=cfg.n_support, n_query=cfg.n_query, max_classes=cfg.max_classes,
+        seed=cfg.seed, names=train.classes,
+    )
+    dev_support = train.per_class(cfg.eval_support_per_class, seed=cfg.seed)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    stopper = _EarlyStopping(model, cfg.patience)
+    history: list[dict] = []
+    start = time.perf_counter()
+    stopped_early, step, running = False, 0, []
+    bar = tqdm(range(1, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
+    for step in bar:
+        ep = sampler.sample()
+        support = _to(model.encoder.collate([train.items[i] for i in ep.support]), device)
+        query = _to(model.encoder.collate([train.items[i] for i in ep.query]), device)
+        loss, _ = model.episode_loss(
+            support, torch.as_tensor(ep.support_labels, device=device),
+            query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
+        )
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"episode {step}: loss is {loss.item()} (lower the learning rate?)")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        running.append(loss.item())
+        out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
+        if dev is not None and (step % cfg.eval_every == 0 or step == cfg.max_episodes or out_of_time):
+            acc = prototypical_accuracy(model, dev_support, dev)
+            history.append({"step": step, "loss": float(np.mean(running)), "dev_acc": acc})
+            running = []
+            bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", dev=f"{acc:.3f}", best=f"{max(acc, stopper.best or 0):.3f}")
+            if stopper.update(acc):
+                stopped_early = True
+                break
+        if out_of_time:
+            break
+    bar.close()
+    stopper.restore()
+    return TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history)
+
+
+def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, cfg: TrainConfig) -> TrainResult:
+    """Mini-batch cross-entropy training of the MLP baseline, early stopping on dev accuracy per epoch."""
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    device = torch.device(cfg.device)
+    model.to(device).train()
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    stopper = _EarlyStopping(model, cfg.patience)
+    history: list[dict] = []
+    start = time.perf_counter()
+    stopped_early, epoch, step = False, 0, 0
+    labels = torch.as_tensor(train.labels)
+    n_batches = math.ceil(len(train) / cfg.batch_size)
+    bar = tqdm(total=cfg.max_epochs * n_batches, desc="mlp batches", disable=not cfg.progress, leave=False)
+    for epoch in range(1, cfg.max_epochs + 1):
+        order = rng.permutation(len(train))
+        losses = []
+        for b in range(n_batches):
+            idx = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
+            batch = _to(model.encoder.collate([train.items[i] for i in idx]), device)
+            loss = nn.functional.cross_entropy(model(**batch), labels[idx].to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            step += 1
+            bar.update()
+        out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
+        if dev is not None:
+            acc = supervised_accuracy(model, dev)
+            history.append({"epoch": epoch, "loss": float(np.mean(losses)), "dev_acc": acc})
+            bar.set_postfix(loss=f"{np.mean(losses):.3f}", dev=f"{acc:.3f}")
+            if stopper.update(acc):
+                stopped_early = True
+                break
+        if out_of_time:
+            break
+    bar.close()
+    stopper.restore()
+    return TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history)

@@ -1,0 +1,90 @@
+import numpy as np
+import pytest
+import torch
+
+from dyntc.data.episodes import EpisodeSampler
+from dyntc.errors import DyntcError
+from dyntc.geometry import lorentz
+from dyntc.models import KNNProbe, PrototypicalNetwork, group_by_class
+
+
+class IdentityEncoder(torch.nn.Module):
+    """Stand-in encoder whose 'texts' are already vectors, to test the model maths alone."""
+
+    output_dim = 3
+
+    def forward(self, x):
+        return x
+
+
+def test_group_by_class_pads_and_masks():
+    labels = torch.tensor([2, 0, 2, 1, 2])
+    index, mask = group_by_class(labels, 3)
+    assert index.shape == (3, 3)
+    for c in range(3):
+        assert sorted(index[c][mask[c]].tolist()) == torch.nonzero(labels == c).flatten().tolist()
+    with pytest.raises(DyntcError, match="no support examples"):
+        group_by_class(torch.tensor([0, 0, 2]), 3)
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "hyperbolic"])
+def test_prototypes_are_per_class_means(metric):
+    torch.manual_seed(0)
+    model = PrototypicalNetwork(IdentityEncoder(), metric).eval()
+    h = torch.randn(12, 3, dtype=torch.float64)
+    labels = torch.tensor([0, 1, 2, 3] * 3)
+    points = model.to_metric_space(h)
+    protos = model.prototypes(points, labels, 4)
+    for c in range(4):
+        members = points[labels == c]
+        if metric == "euclidean":
+            expected = members.mean(0)
+        else:
+            expected = lorentz.frechet_mean(members)
+        torch.testing.assert_close(protos[c], expected, atol=1e-6, rtol=0)
+    logits = model.logits(points, protos)
+    assert logits.shape == (12, 4) and (logits <= 1e-6).all()
+
+
+def test_episode_loss_prefers_true_class():
+    model = PrototypicalNetwork(IdentityEncoder(), "hyperbolic")
+    support = torch.tensor([[0.0, 0, 0], [5.0, 0, 0]])
+    query = torch.tensor([[0.1, 0, 0], [4.9, 0, 0]])
+    loss, correct = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([0, 1]), 2)
+    assert correct == 2 and loss.item() < 1e-3
+    loss_wrong, correct = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([1, 0]), 2)
+    assert correct == 0 and loss_wrong.item() > 10
+
+
+def test_knn_probe_majority_vote():
+    feats = torch.tensor([[0.0], [0.1], [0.2], [5.0], [5.1]])
+    probe = KNNProbe(k=3).fit(feats, torch.tensor([0, 0, 0, 1, 1]))
+    assert probe.predict(torch.tensor([[0.05], [5.05], [4.0]])).tolist() == [0, 1, 1]
+    with pytest.raises(DyntcError, match="before fit"):
+        KNNProbe().predict(feats)
+    with pytest.raises(DyntcError, match="k must be"):
+        KNNProbe(k=0)
+
+
+def test_episode_sampler_shapes_and_disjoint_queries():
+    labels = np.repeat(np.arange(5), 10)
+    sampler = EpisodeSampler(labels, n_support=4, n_query=20, max_classes=3, seed=1)
+    ep = sampler.sample()
+    assert ep.n_classes == 3 and len(ep.support) == 12 and len(ep.query) == 20
+    assert not set(ep.support) & set(ep.query)
+    # local labels are consistent with the true labels of the examples
+    for idx, local in zip(ep.support, ep.support_labels):
+        assert labels[idx] == labels[ep.support[ep.support_labels == local][0]]
+    assert len({labels[i] for i in ep.query}) <= 3
+    again = EpisodeSampler(labels, n_support=4, n_query=20, max_classes=3, seed=1).sample()
+    np.testing.assert_array_equal(ep.query, again.query)
+
+
+def test_episode_sampler_rejects_tiny_classes_and_bad_sizes():
+    labels = np.array([0] * 10 + [1] * 4)
+    with pytest.raises(DyntcError, match=r"class 'b' has 4 examples.*n_support \+ 1 = 5"):
+        EpisodeSampler(labels, n_support=4, names=["a", "b"])
+    with pytest.raises(DyntcError, match="n_support must be >= 1"):
+        EpisodeSampler(labels, n_support=0)
+    with pytest.raises(DyntcError, match="at least 2 classes"):
+        EpisodeSampler(np.zeros(10, int))

@@ -1,0 +1,157 @@
+"""End-to-end: train EUC, HYP and MLP on real SENT data; save/load; the `dyntc train` CLI."""
+
+import copy
+import json
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from dyntc.checkpoint import load_model, save_model
+from dyntc.encoders import create_encoder
+from dyntc.errors import DyntcError
+from dyntc.models import build_model
+from dyntc.training import (
+    Encoded,
+    TrainConfig,
+    prototypical_accuracy,
+    prototypical_predict,
+    supervised_accuracy,
+    train_prototypical,
+    train_supervised,
+)
+
+SMALL = dict(hidden_size=64, num_layers=2, max_len=32, dropout=0.1)
+
+
+@pytest.fixture(scope="module")
+def sent_encoded(sent):
+    classes = sent.labels
+    encoder = create_encoder("sru", sent.train.texts, **SMALL)
+    train, dev, test = (Encoded.of(encoder, s.texts, s.labels, classes) for s in (sent.train, sent.dev, sent.test))
+    majority = Counter(test.labels.tolist()).most_common(1)[0][1] / len(test)
+    return encoder, train, dev, test, majority
+
+
+def _fresh(encoder):
+    """An untrained copy: the module-scoped encoder itself is never trained."""
+    return copy.deepcopy(encoder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["euc", "hyp"])
+def test_prototypical_beats_majority_on_sent(sent_encoded, name):
+    encoder, train, dev, test, majority = sent_encoded
+    torch.manual_seed(0)
+    model = build_model(name, _fresh(encoder), len(train.classes))
+    cfg = TrainConfig(max_episodes=300, eval_every=100, patience=3, eval_support_per_class=100, progress=False)
+    result = train_prototypical(model, train, dev, cfg)
+    acc = prototypical_accuracy(model, train, test)
+    assert result.best_dev_acc is not None and len(result.history) >= 1
+    assert acc > majority + 0.10, f"{name}: test acc {acc:.3f} vs majority {majority:.3f}"
+
+
+@pytest.mark.slow
+def test_mlp_beats_majority_on_sent(sent_encoded):
+    encoder, train, dev, test, majority = sent_encoded
+    torch.manual_seed(0)
+    model = build_model("mlp", _fresh(encoder), len(train.classes))
+    cfg = TrainConfig(max_epochs=3, batch_size=32, patience=2, progress=False)
+    train_supervised(model, train, dev, cfg)
+    acc = supervised_accuracy(model, test)
+    assert acc > majority + 0.10, f"mlp: test acc {acc:.3f} vs majority {majority:.3f}"
+
+
+def test_early_stopping_restores_best_weights(sent_encoded):
+    encoder, train, dev, _, _ = sent_encoded
+    model = build_model("euc", _fresh(encoder), len(train.classes))
+    small_dev = dev.take(np.arange(60))
+    cfg = TrainConfig(max_episodes=40, eval_every=10, patience=100, eval_support_per_class=20, progress=False, lr=3e-2)
+    result = train_prototypical(model, train, small_dev, cfg)
+    best = max(h["dev_acc"] for h in result.history)
+    assert result.best_dev_acc == best
+    # the restored weights reproduce the best dev accuracy (same support subset as during training)
+    assert prototypical_accuracy(model, train.per_class(20, seed=0), small_dev) == pytest.approx(best)
+
+
+@pytest.mark.parametrize("name", ["hyp", "mlp"])
+def test_save_load_round_trip(tmp_path, sent_encoded, name):
+    encoder, train, _, test, _ = sent_encoded
+    model = build_model(name, _fresh(encoder), len(train.classes)).eval()
+    save_model(tmp_path / "m", model, tensors={"marker": torch.arange(3)}, meta={"classes": train.classes})
+    loaded, tensors, meta = load_model(tmp_path / "m")
+    assert meta["classes"] == train.classes and tensors["marker"].tolist() == [0, 1, 2]
+    items = test.items[:50]
+    if name == "mlp":
+        batch = encoder.collate(items)
+        torch.testing.assert_close(model(**batch), loaded(**batch))
+    else:
+        support = train.per_class(10)
+        torch.testing.assert_close(prototypical_predict(model, support, items)[1], prototypical_predict(loaded, support, items)[1])
+    assert not list(tmp_path.glob(".m.tmp-*")), "no temporary directory left behind"
+
+
+def test_checkpoint_errors(tmp_path, sent_encoded):
+    encoder, train, _, _, _ = sent_encoded
+    with pytest.raises(DyntcError, match="does not exist"):
+        load_model(tmp_path / "nope")
+    model = build_model("euc", _fresh(encoder), len(train.classes))
+    save_model(tmp_path / "m", model)
+    (tmp_path / "m" / "encoder.json").unlink()
+    with pytest.raises(DyntcError, match="incomplete: missing encoder.json"):
+        load_model(tmp_path / "m")
+    save_model(tmp_path / "m", model)
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["encoder"]["hidden_size"] = 32  # weights no longer match the config
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DyntcError, match="does not match its config"):
+        load_model(tmp_path / "m")
+    config["format_version"] = 999
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DyntcError, match="format 999"):
+        load_model(tmp_path / "m")
+
+
+def test_bad_training_inputs(sent_encoded):
+    encoder, train, _, _, _ = sent_encoded
+    with pytest.raises(DyntcError, match=r"texts\[1\] is empty"):
+        Encoded.of(encoder, ["fine", "  "], ["a", "a"], ["a"])
+    with pytest.raises(DyntcError, match="not among"):
+        Encoded.of(encoder, ["fine"], ["zzz"], ["a"])
+    with pytest.raises(DyntcError, match="n_support must be >= 1"):
+        train_prototypical(build_model("euc", encoder, len(train.classes)), train, None, TrainConfig(n_support=0))
+    tiny = train.take(np.concatenate([np.flatnonzero(train.labels == c)[:3] for c in range(len(train.classes))]))
+    with pytest.raises(DyntcError, match="n_support \\+ 1 = 5"):
+        train_prototypical(build_model("euc", encoder, len(train.classes)), tiny, None, TrainConfig(progress=False))
+    with pytest.raises(DyntcError, match="unknown model"):
+        build_model("svm", encoder, 3)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "dyntc", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_cli_errors_are_one_line_without_traceback():
+    for args, message in [
+        (["train", "--dataset", "imdb"], "unknown dataset"),
+        (["train", "--dataset", "sent", "--model", "svm"], "unknown model"),
+        (["train", "--dataset", "sent", "--embeddings", "/nonexistent/glove.txt", "--episodes", "1"], "does not exist"),
+    ]:
+        proc = _cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr.lower() and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_cli_train_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    proc = _cli("train", "--dataset", "sent", "--model", "hyp", "--out", str(out), "--episodes", "30",
+                "--eval-every", "15", "--hidden", "32", "--layers", "1", "--max-len", "24", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert 0 < metrics["test_acc"] <= 1 and metrics["steps"] == 30
+    model, _, meta = load_model(out / "model")
+    assert model.metric == "hyperbolic" and len(meta["classes"]) == 10
