@@ -48,8 +48,8 @@ def test_prototypes_are_per_class_means(metric):
 
 def test_episode_loss_prefers_true_class():
     model = PrototypicalNetwork(IdentityEncoder(), "hyperbolic")
-    support = torch.tensor([[0.0, 0, 0], [5.0, 0, 0]])
-    query = torch.tensor([[0.1, 0, 0], [4.9, 0, 0]])
+    support = torch.tensor([[0.0, 0, 0], [50.0, 0, 0]])  # hyperbolic d = asinh(50) ≈ 4.6
+    query = torch.tensor([[0.1, 0, 0], [49.0, 0, 0]])
     loss, correct = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([0, 1]), 2)
     assert correct == 2 and loss.item() < 1e-3
     loss_wrong, correct = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([1, 0]), 2)
@@ -68,16 +68,18 @@ def test_knn_probe_majority_vote():
 
 def test_episode_sampler_shapes_and_disjoint_queries():
     labels = np.repeat(np.arange(5), 10)
-    sampler = EpisodeSampler(labels, n_support=4, n_query=20, max_classes=3, seed=1)
+    sampler = EpisodeSampler(labels, n_support=4, n_query=15, max_classes=3, seed=1)
     ep = sampler.sample()
-    assert ep.n_classes == 3 and len(ep.support) == 12 and len(ep.query) == 20
+    assert ep.n_classes == 3 and len(ep.support) == 12 and len(ep.query) == 15
     assert not set(ep.support) & set(ep.query)
     # local labels are consistent with the true labels of the examples
     for idx, local in zip(ep.support, ep.support_labels):
         assert labels[idx] == labels[ep.support[ep.support_labels == local][0]]
     assert len({labels[i] for i in ep.query}) <= 3
-    again = EpisodeSampler(labels, n_support=4, n_query=20, max_classes=3, seed=1).sample()
+    again = EpisodeSampler(labels, n_support=4, n_query=15, max_classes=3, seed=1).sample()
     np.testing.assert_array_equal(ep.query, again.query)
+    # queries are capped by what the sampled classes have left: 3 classes x (10 - 4)
+    assert len(EpisodeSampler(labels, n_support=4, n_query=64, max_classes=3).sample().query) == 18
 
 
 def test_episode_sampler_rejects_tiny_classes_and_bad_sizes():
