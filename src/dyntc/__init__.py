@@ -4,4 +4,13 @@ __version__ = "0.1.0"
 
 from dyntc.errors import DyntcError, NotFittedError  # noqa: E402
 
-__all__ = ["__version__", "DyntcError", "NotFittedError"]
+__all__ = ["__version__", "DynamicClassifier", "DyntcError", "NotFittedError"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import dyntc` stays light; torch loads only when the classifier is first used.
+    if name == "DynamicClassifier":
+        from dyntc.classifier import DynamicClassifier
+
+        return DynamicClassifier
+    raise AttributeError(f"module 'dyntc' has no attribute {name!r}")

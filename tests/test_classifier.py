@@ -1,0 +1,408 @@
+"""DynamicClassifier on a real sample of CLINC150: fit, every label operation, persistence, bad input."""
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dyntc import DynamicClassifier, DyntcError, NotFittedError
+from dyntc.classifier import CLASSIFIER_FORMAT
+
+OLD = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
+NEW = ["translate", "flip_coin"]
+SMALL = dict(hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
+
+
+@pytest.fixture(scope="module")
+def clinc(data_dir):
+    path = data_dir / "clinc150" / "data_full.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    raw = json.loads(path.read_text())
+    keep = set(OLD + NEW)
+
+    def split(key):
+        out = {}
+        for text, label in raw[key]:
+            if label in keep:
+                out.setdefault(label, []).append(text)
+        return out
+
+    return {"train": split("train"), "dev": split("val"), "test": split("test")}
+
+
+def _flat(groups, labels):
+    texts = [t for y in labels for t in groups[y]]
+    return texts, [y for y in labels for _ in groups[y]]
+
+
+@pytest.fixture(scope="module")
+def fitted(clinc):
+    texts, labels = _flat(clinc["train"], OLD)
+    return DynamicClassifier(**SMALL).fit(texts, labels, dev=_flat(clinc["dev"], OLD))
+
+
+@pytest.fixture
+def clf(fitted):
+    """A private copy of the fitted classifier, free to change."""
+    return copy.deepcopy(fitted)
+
+
+def _acc(clf, groups, label, expect=None):
+    pred = clf.predict(groups[label])
+    return float(np.mean([p == (expect or label) for p in pred]))
+
+
+# ------------------------------------------------------------------------------- params and fitting
+
+
+def test_constructor_only_stores_params_and_sklearn_conventions():
+    clf = DynamicClassifier("sru", "euclidean", hidden_size=16, episodes=5)
+    params = clf.get_params()
+    assert params["metric"] == "euclidean" and params["hidden_size"] == 16 and params["episodes"] == 5
+    assert clf.set_params(lr=0.01) is clf and clf.lr == 0.01
+    with pytest.raises(DyntcError, match="invalid parameter 'hiden_size'"):
+        clf.set_params(hiden_size=3)
+    assert "metric='euclidean'" in repr(clf)
+    from sklearn.base import clone
+
+    assert clone(clf).get_params() == clf.get_params()
+    # Nothing is validated or built before fit.
+    assert DynamicClassifier(metric="poincare").metric == "poincare"
+
+
+def test_not_fitted():
+    clf = DynamicClassifier()
+    assert not hasattr(clf, "classes_")
+    for call in (lambda: clf.predict(["hi"]), lambda: clf.predict_proba(["hi"]), lambda: clf.top_k(["hi"]),
+                 lambda: clf.encode(["hi"]), lambda: clf.add_label("x", ["hi"]), lambda: clf.save("/tmp/nowhere"),
+                 lambda: clf.fine_tune(["hi"], ["x"])):
+        with pytest.raises(NotFittedError, match="not fitted"):
+            call()
+
+
+@pytest.mark.parametrize(
+    "kwargs, texts, labels, match",
+    [
+        ({"metric": "poincare"}, ["a b"] * 10, ["x", "y"] * 5, "metric must be"),
+        ({"episodes": 0}, ["a b"] * 10, ["x", "y"] * 5, "episodes must be"),
+        ({"dropout": 1.5}, ["a b"] * 10, ["x", "y"] * 5, "dropout must be"),
+        ({"encoder": "word2vec"}, ["a b"] * 10, ["x", "y"] * 5, "unknown encoder"),
+        ({}, ["a b"] * 10, ["x", "y"] * 4, "differ in length"),
+        ({}, ["a b"] * 9 + [""], ["x", "y"] * 5, r"texts\[9\] is empty"),
+        ({}, ["a b"] * 9 + [3], ["x", "y"] * 5, r"texts\[9\] is int"),
+        ({}, "a b", ["x"], "must be a list of strings"),
+        ({}, ["a b"] * 10, ["x"] * 10, "at least 2 labels"),
+        ({}, ["a b"] * 10, ["x", 1] * 5, r"labels\[1\] is 1"),
+        ({}, [], [], "empty"),
+    ],
+)
+def test_fit_rejects_bad_input(kwargs, texts, labels, match):
+    with pytest.raises(DyntcError, match=match):
+        DynamicClassifier(**{**SMALL, **kwargs}).fit(texts, labels)
+
+
+def test_fit_dev_labels_must_be_known():
+    texts, labels = ["hello there friend"] * 10, ["x", "y"] * 5
+    with pytest.raises(DyntcError, match="dev labels"):
+        DynamicClassifier(**SMALL).fit(texts, labels, dev=(["hi"], ["z"]))
+
+
+def test_fit_learns_and_predicts(fitted, clinc):
+    assert fitted.classes_ == sorted(OLD)
+    assert fitted.support_counts() == {y: len(clinc["train"][y]) for y in sorted(OLD)}
+    texts, labels = _flat(clinc["test"], OLD)
+    assert fitted.score(texts, labels) > 0.7  # chance: 1/6
+    assert fitted.train_result_.best_dev_acc is not None
+
+
+def test_predict_proba_top_k_encode_agree(fitted, clinc):
+    texts = clinc["test"]["weather"][:5] + clinc["test"]["alarm"][:5]
+    pred = fitted.predict(texts)
+    proba = fitted.predict_proba(texts)
+    assert proba.shape == (10, len(OLD)) and np.allclose(proba.sum(1), 1)
+    assert [fitted.classes_[i] for i in proba.argmax(1)] == pred
+    top = fitted.top_k(texts, k=3)
+    assert all(len(row) == 3 and row[0][0] == p for row, p in zip(top, pred))
+    assert all(row[0][1] <= row[1][1] <= row[2][1] for row in top)
+    assert len(fitted.top_k(texts[:1], k=100)[0]) == len(OLD)
+    points = fitted.encode(texts)
+    assert points.shape == (10, 65)  # hidden 64 + the hyperboloid's time coordinate
+    lorentz_norm = points[:, 0] ** 2 - (points[:, 1:] ** 2).sum(1)
+    assert np.allclose(lorentz_norm, 1.0, atol=1e-3)
+    assert fitted.predict([]) == [] and fitted.predict_proba([]).shape == (0, len(OLD))
+    with pytest.raises(DyntcError, match="k must be"):
+        fitted.top_k(texts, k=0)
+    with pytest.raises(DyntcError, match="single string"):
+        fitted.predict("what is the weather")
+    with pytest.raises(DyntcError, match=r"texts\[1\] is empty"):
+        fitted.predict(["ok", "  "])
+
+
+def test_euclidean_fit(clinc):
+    texts, labels = _flat(clinc["train"], OLD[:3])
+    clf = DynamicClassifier("sru", "euclidean", **{**SMALL, "episodes": 10}).fit(texts, labels)
+    assert clf.encode(["hello"]).shape == (1, 64)
+    assert set(clf.predict(clinc["test"]["alarm"])) <= set(OLD[:3])
+
+
+# ------------------------------------------------------------------------------- label operations
+
+
+def test_add_label_is_immediate_and_touches_nothing_else(clf, clinc, monkeypatch):
+    before = {c: clf._prototypes[c].clone() for c in clf.classes_}
+    embedded = []
+    original = clf._embed
+    monkeypatch.setattr(clf, "_embed", lambda texts: embedded.append(list(texts)) or original(texts))
+    examples = clinc["train"]["flip_coin"][:20]
+    assert clf.add_label("flip_coin", examples) == sorted(OLD + ["flip_coin"])
+    assert embedded == [examples]  # only the new examples were encoded
+    for c, p in before.items():
+        assert torch.equal(clf._prototypes[c], p)
+    assert clf.support("flip_coin") == examples
+    assert _acc(clf, clinc["test"], "flip_coin") > 0.6  # chance: 1/7
+    assert clf.predict_proba(["hi"]).shape == (1, len(OLD) + 1)
+
+
+def test_add_examples_moves_only_that_prototype(clf, clinc):
+    before = {c: clf._prototypes[c].clone() for c in clf.classes_}
+    n = len(clf.support("weather"))
+    assert clf.add_examples("weather", ["is it going to rain tomorrow", "how hot is it outside"]) == sorted(OLD)
+    assert len(clf.support("weather")) == n + 2
+    assert not torch.equal(clf._prototypes["weather"], before["weather"])
+    assert all(torch.equal(clf._prototypes[c], before[c]) for c in OLD if c != "weather")
+
+
+def test_remove_label_makes_it_unpredictable(clf, clinc):
+    assert "timer" in set(clf.predict(clinc["test"]["timer"]))
+    assert clf.remove_label("timer") == sorted(set(OLD) - {"timer"})
+    texts, _ = _flat(clinc["test"], OLD)
+    assert "timer" not in set(clf.predict(texts))
+    assert "timer" not in {lab for row in clf.top_k(texts, k=10) for lab, _ in row}
+    assert clf.predict_proba(texts[:2]).shape == (2, len(OLD) - 1)
+
+
+def test_remove_down_to_one_label_but_not_zero(clf):
+    for name in OLD[:-1]:
+        clf.remove_label(name)
+    assert clf.classes_ == [OLD[-1]]
+    assert clf.predict(["anything at all"]) == [OLD[-1]]
+    assert np.allclose(clf.predict_proba(["x"]), 1.0)
+    with pytest.raises(DyntcError, match="only label left"):
+        clf.remove_label(OLD[-1])
+    assert clf.classes_ == [OLD[-1]]
+
+
+def test_merge_then_split_recovers_the_labels(clf, clinc):
+    test, rng = clinc["test"], np.random.default_rng(0)
+    a, b = "alarm", "timer"
+    assert clf.merge_labels([a, b], into="clock") == sorted(set(OLD) - {a, b} | {"clock"})
+    assert len(clf.support("clock")) == len(clinc["train"][a]) + len(clinc["train"][b])
+    assert _acc(clf, test, a, "clock") > 0.6 and _acc(clf, test, b, "clock") > 0.6
+
+    parts = {name: list(rng.choice(clinc["train"][name], 20, replace=False)) for name in (a, b)}
+    assert clf.split_label("clock", parts) == sorted(OLD)
+    assert clf.support(a) == parts[a] and clf.support(b) == parts[b]
+    nearer = []
+    for name, other in ((a, b), (b, a)):
+        # The new labels are predicted for their own examples ...
+        assert np.mean([p == name for p in clf.predict(parts[name])]) >= 0.8
+        # ... and unseen texts of each part are nearer to their own new prototype than to the other
+        # (not always nearest overall: a 20-example prototype competes with 100-example ones).
+        rows = [dict(r) for r in clf.top_k(test[name], k=len(clf.classes_))]
+        nearer += [r[name] < r[other] for r in rows]
+    assert np.mean(nearer) >= 0.75
+
+
+def test_split_with_reassign_moves_old_examples_to_nearest_new_label(clf, clinc):
+    old_texts = clf.support("balance")
+    parts = {"balance_check": ["what is my balance", "how much money do i have"],
+             "balance_history": ["show my account history", "list my last payments"]}
+    clf.split_label("balance", parts, reassign=True)
+    assert "balance" not in clf.classes_
+    got = clf.support("balance_check")[2:] + clf.support("balance_history")[2:]
+    assert sorted(got) == sorted(old_texts)
+    # Every reassigned example sits with the new prototype (from the given examples) nearest to it.
+    fresh = copy.deepcopy(clf)
+    fresh._support["balance_check"].texts = parts["balance_check"]
+    fresh._support["balance_check"].points = fresh._support["balance_check"].points[:2]
+    fresh._support["balance_history"].texts = parts["balance_history"]
+    fresh._support["balance_history"].points = fresh._support["balance_history"].points[:2]
+    fresh._refresh(["balance_check", "balance_history"])
+    for text in clf.support("balance_check")[2:6]:
+        row = dict(fresh.top_k([text], k=len(fresh.classes_))[0])
+        assert row["balance_check"] <= row["balance_history"] + 1e-4
+
+
+def test_merge_into_one_of_its_names(clf, clinc):
+    clf.merge_labels(["alarm", "timer"], into="alarm")
+    assert "timer" not in clf.classes_ and "alarm" in clf.classes_
+    assert _acc(clf, clinc["test"], "timer", "alarm") > 0.6
+
+
+def test_rename_keeps_everything_else(clf, clinc):
+    texts, _ = _flat(clinc["test"], OLD)
+    before = clf.predict(texts)
+    proto = clf._prototypes["weather"].clone()
+    assert clf.rename_label("weather", "forecast") == sorted((set(OLD) - {"weather"}) | {"forecast"})
+    assert clf.predict(texts) == ["forecast" if p == "weather" else p for p in before]
+    assert torch.equal(clf._prototypes["forecast"], proto)
+
+
+@pytest.mark.parametrize(
+    "op, match",
+    [
+        (lambda c: c.add_label("weather", ["x"]), "already exists"),
+        (lambda c: c.add_label("new", []), "needs at least one example"),
+        (lambda c: c.add_label("new", "one string"), "single string"),
+        (lambda c: c.add_label("new", ["ok", ""]), r"examples\[1\] is empty"),
+        (lambda c: c.add_label("new", ["ok", None]), r"examples\[1\] is NoneType"),
+        (lambda c: c.add_label("", ["ok"]), "non-empty label name"),
+        (lambda c: c.add_label(5, ["ok"]), r"must be a label name \(str\)"),
+        (lambda c: c.add_examples("nope", ["x"]), "'nope' does not exist"),
+        (lambda c: c.add_examples("weather", []), "at least one example"),
+        (lambda c: c.remove_label("nope"), "'nope' does not exist"),
+        (lambda c: c.split_label("nope", {"a": ["x"], "b": ["y"]}), "'nope' does not exist"),
+        (lambda c: c.split_label("weather", {"a": ["x"]}), "at least two new labels"),
+        (lambda c: c.split_label("weather", {"a": ["x"], "b": []}), "examples of 'b' is empty"),
+        (lambda c: c.split_label("weather", {"a": ["x"], "alarm": ["y"]}), "'alarm' already exists"),
+        (lambda c: c.split_label("weather", [("a", ["x"])]), "must be a dict"),
+        (lambda c: c.merge_labels([], into="x"), "at least two labels"),
+        (lambda c: c.merge_labels(["alarm"], into="x"), "at least two labels"),
+        (lambda c: c.merge_labels(["alarm", "nope"], into="x"), "'nope' does not exist"),
+        (lambda c: c.merge_labels(["alarm", "alarm"], into="x"), "twice"),
+        (lambda c: c.merge_labels(["alarm", "timer"], into="weather"), "'weather' already exists"),
+        (lambda c: c.merge_labels("alarm", into="x"), "list of at least two"),
+        (lambda c: c.rename_label("nope", "x"), "'nope' does not exist"),
+        (lambda c: c.rename_label("alarm", "timer"), "'timer' already exists"),
+        (lambda c: c.rename_label("alarm", "alarm"), "both"),
+        (lambda c: c.fine_tune(["hello"], ["nope"]), "add them with add_label first"),
+    ],
+)
+def test_bad_label_operations_leave_the_classifier_unchanged(clf, op, match):
+    before = copy.deepcopy(clf._support)
+    with pytest.raises(DyntcError, match=match):
+        op(clf)
+    assert clf.classes_ == sorted(OLD)
+    assert all(before[c].texts == clf._support[c].texts and torch.equal(before[c].points, clf._support[c].points)
+               for c in OLD)
+
+
+def test_extend_vocab_gives_new_words_their_glove_vectors(clf):
+    vocab = clf.model_.encoder.vocab
+    assert "zeppelin" not in vocab.index
+    clf.add_label("airship", ["book a zeppelin ride", "zeppelin tickets please"])
+    assert "zeppelin" in clf.model_.encoder.vocab.index
+    row = clf.model_.encoder.embedding.weight[clf.model_.encoder.vocab.index["zeppelin"]]
+    assert row.abs().sum() > 0
+    off = copy.deepcopy(clf).set_params(extend_vocab=False)
+    n = len(off.model_.encoder.vocab)
+    off.add_label("blimp", ["a qwzxv blimp", "blimp"])
+    assert len(off.model_.encoder.vocab) == n
+
+
+def test_fine_tune_re_embeds_and_rebuilds(clf, clinc):
+    clf.add_label("translate", clinc["train"]["translate"][:5])
+    weights = {k: v.clone() for k, v in clf.model_.state_dict().items()}
+    texts = clinc["train"]["translate"][5:10] + clinc["train"]["weather"][:5]
+    clf.fine_tune(texts, ["translate"] * 5 + ["weather"] * 5, episodes=5)
+    assert any(not torch.equal(weights[k], v) for k, v in clf.model_.state_dict().items())
+    assert len(clf.support("translate")) == 10
+    # Stored points and prototypes now come from the fine-tuned encoder.
+    for c in ("translate", "alarm"):
+        assert torch.allclose(clf._support[c].points, clf._embed(clf.support(c)), atol=1e-5)
+    assert torch.allclose(clf._prototypes["alarm"], clf._means(["alarm"])["alarm"], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------- persistence
+
+
+def test_save_load_round_trip_identical(clf, clinc, tmp_path):
+    clf.add_label("translate", clinc["train"]["translate"][:5])
+    clf.merge_labels(["alarm", "timer"], into="alarm_or_timer")
+    clf.rename_label("weather", "forecast")
+    path = clf.save(tmp_path / "model")
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "encoder.json", "model.safetensors", "support.json"]
+    loaded = DynamicClassifier.load(path)
+    texts, _ = _flat(clinc["test"], OLD + NEW)
+    assert loaded.classes_ == clf.classes_
+    assert loaded.support_counts() == clf.support_counts()
+    assert np.array_equal(loaded.predict_proba(texts), clf.predict_proba(texts))
+    assert loaded.top_k(texts[:5], 3) == clf.top_k(texts[:5], 3)
+    assert loaded.get_params() == {**clf.get_params(), "device": "cpu"}
+    # Label operations keep working after a load, and a second save replaces the first atomically.
+    loaded.add_label("flip_coin", clinc["train"]["flip_coin"][:5])
+    loaded.save(path)
+    again = DynamicClassifier.load(path)
+    assert "flip_coin" in again.classes_
+    assert np.array_equal(again.predict_proba(texts[:20]), loaded.predict_proba(texts[:20]))
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary leftovers
+
+
+def test_load_rejects_bad_directories(fitted, tmp_path):
+    with pytest.raises(DyntcError, match="does not exist"):
+        DynamicClassifier.load(tmp_path / "missing")
+    path = fitted.save(tmp_path / "m")
+    config = json.loads((path / "config.json").read_text())
+
+    (path / "support.json").rename(tmp_path / "support.json")
+    with pytest.raises(DyntcError, match="incomplete: missing support.json"):
+        DynamicClassifier.load(path)
+    (tmp_path / "support.json").rename(path / "support.json")
+
+    (path / "model.safetensors").rename(tmp_path / "w")
+    with pytest.raises(DyntcError, match="incomplete: missing model.safetensors"):
+        DynamicClassifier.load(path)
+    (tmp_path / "w").rename(path / "model.safetensors")
+
+    (path / "config.json").write_text(json.dumps({**config, "format_version": 999}))
+    with pytest.raises(DyntcError, match="format 999"):
+        DynamicClassifier.load(path)
+    bad = copy.deepcopy(config)
+    bad["meta"]["classifier"]["format"] = CLASSIFIER_FORMAT + 1
+    (path / "config.json").write_text(json.dumps(bad))
+    with pytest.raises(DyntcError, match=f"classifier in format {CLASSIFIER_FORMAT + 1}"):
+        DynamicClassifier.load(path)
+    bad = copy.deepcopy(config)
+    del bad["meta"]["classifier"]
+    (path / "config.json").write_text(json.dumps(bad))
+    with pytest.raises(DyntcError, match="not a DynamicClassifier"):
+        DynamicClassifier.load(path)
+    (path / "config.json").write_text(json.dumps(config))
+    support = json.loads((path / "support.json").read_text())
+    support["labels"]["alarm"].pop()
+    (path / "support.json").write_text(json.dumps(support))
+    with pytest.raises(DyntcError, match="inconsistent"):
+        DynamicClassifier.load(path)
+    (path / "config.json").write_text("{not json")
+    with pytest.raises(DyntcError, match="not valid JSON"):
+        DynamicClassifier.load(path)
+
+
+def test_lazy_top_level_import():
+    import subprocess
+    import sys
+
+    code = "import sys, dyntc; assert 'torch' not in sys.modules; print(dyntc.DynamicClassifier.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "DynamicClassifier"
+
+
+def test_save_is_atomic_on_failure(fitted, tmp_path, monkeypatch):
+    path = fitted.save(tmp_path / "m")
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    clf = copy.deepcopy(fitted)
+    clf.add_label("new", ["some new example"])
+    import dyntc.checkpoint as checkpoint
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "write_json", boom)
+    with pytest.raises(OSError):
+        clf.save(path)
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["m"]
