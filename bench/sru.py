@@ -1,0 +1,239 @@
+"""Speed of dyntc's SRU against sru 2.6.0, nn.LSTM and the matrix products alone (CPU, float32).
+
+    python -m bench.sru [--reps N] [--no-compile-timing] [--shapes 144x200,144x32]
+
+The paper's encoder: 4 layers, hidden 128, input 50 (frozen GloVe, so no gradient w.r.t. the
+input), dropout 0.5 between layers. For every shape (batch x length) it prints the median wall time
+of a training step (forward in training mode with dropout + backward of ``output.sum()``) and
+of an inference call (eval mode, ``torch.no_grad``) for:
+
+* ``dyntc fast``  -- dyntc.encoders.sru.SRU, numba kernels;
+* ``dyntc ref``   -- the same module on its pure-PyTorch reference path;
+* ``sru 2.6.0``   -- sru.SRU with the same weights (its CPU training path is a Python loop; its
+  inference path is its compiled C++ loop);
+* ``nn.LSTM``     -- torch.nn.LSTM(50, 128, 4 layers, dropout 0.5), a peer;
+* ``matmul floor``-- the SRU's matrix products alone (U = x W per layer, and their backward for
+  training) into preallocated outputs, i.e. what is left if the elementwise recurrence and all
+  memory allocation were free.
+
+and the ratios sru / dyntc and dyntc / matmul floor. Then, for the longest shape, the training step
+with the encoder's real loss, ``output[-1].sum()`` (the gradient reaches early steps only through
+the forget gates and decays into float32 denormals, which slow down sru's and the reference path's
+PyTorch ops; dyntc's kernel flushes them). No assertions: timings on a shared machine are noisy
+(the load average is printed next to them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+from torch import nn
+
+INPUT, HIDDEN, LAYERS, DROPOUT = 50, 128, 4, 0.5
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def timeit(fn, reps: int, budget_s: float) -> float:
+    """Median seconds of `fn()` over `reps` runs after one warm-up (fewer if over `budget_s`)."""
+    t = time.perf_counter()
+    fn()
+    if time.perf_counter() - t > budget_s / 3:  # very slow entry: one more run is enough
+        reps = 1
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < reps and (len(times) < min(2, reps) or time.perf_counter() - start < budget_s):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def train_step(model, x, last_only: bool = False):
+    """Forward in training mode + backward of ``output.sum()`` (every step gets a gradient), or of
+    ``output[-1].sum()`` with `last_only` (the encoder's last-token loss)."""
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        out = model(x)[0]
+        (out[-1] if last_only else out).sum().backward()
+
+    return step
+
+
+def infer_step(model, x):
+    def step():
+        with torch.no_grad():
+            model(x)
+
+    return step
+
+
+def matmul_floor(batch: int, length: int, train: bool):
+    """The SRU layers' matrix products with no recurrence in between: per layer U = x W, and for
+    training also dW = x^T dU and (layers > 0; the first layer's input is frozen) dx = dU W^T.
+    Outputs go to preallocated buffers, so this is the GEMM work alone."""
+    sizes = [(INPUT, HIDDEN * 4)] + [(HIDDEN, HIDDEN * 3)] * (LAYERS - 1)
+    rows = length * batch
+    ws = [torch.randn(i, o) for i, o in sizes]
+    xs = [torch.randn(rows, i) for i, _ in sizes]
+    gs = [torch.randn(rows, o) for _, o in sizes]
+    us = [torch.empty(rows, o) for _, o in sizes]
+    gws = [torch.empty(i, o) for i, o in sizes]
+    gxs = [torch.empty(rows, i) for i, _ in sizes]
+
+    def step():
+        for n, (x, w) in enumerate(zip(xs, ws)):
+            torch.mm(x, w, out=us[n])
+        if train:
+            for n in reversed(range(LAYERS)):
+                torch.mm(xs[n].t(), gs[n], out=gws[n])
+                if n > 0:
+                    torch.mm(gs[n], ws[n].t(), out=gxs[n])
+
+    return step
+
+
+def compile_timing() -> str:
+    """First-call time of the fast path in a fresh process with an empty numba cache (compile),
+    and in a second process that loads that cache."""
+    code = (
+        "import time, torch; t0 = time.perf_counter();"
+        "from dyntc.encoders.sru import SRU; m = SRU(50, 128, 4, dropout=0.5); x = torch.randn(8, 4, 50);"
+        "t = time.perf_counter(); m(x)[0].sum().backward(); t1 = time.perf_counter() - t;"
+        "m.eval(); t = time.perf_counter();\nwith torch.no_grad(): m(x)\nt2 = time.perf_counter() - t;"
+        "print(f'{t1:.1f} s (forward+backward), {t2:.1f} s (inference)')"
+    )
+    out = []
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        for label in ("cold numba cache", "warm numba cache"):
+            res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            line = res.stdout.strip().splitlines()[-1] if res.returncode == 0 and res.stdout.strip() else res.stderr.strip()[-300:]
+            out.append(f"  first call, {label}: {line}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=7, help="timed repetitions per entry (median)")
+    parser.add_argument("--budget", type=float, default=20.0, help="seconds per entry before stopping early (min 2 reps)")
+    parser.add_argument("--shapes", default="144x200,144x32", help="batch x length, comma-separated")
+    parser.add_argument("--no-compile-timing", action="store_true")
+    args = parser.parse_args(argv)
+
+    warnings.filterwarnings("ignore", module="sru")
+    warnings.filterwarnings("ignore", message=".*Running SRU on CPU with grad_enabled.*")
+    warnings.filterwarnings("ignore", message=".*CUDA kernels of SRU.*")
+    try:
+        import sru  # noqa: F401  (compiles its C++ CPU extension on first import)
+
+        sru_error = None
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        sru, sru_error = None, f"{type(exc).__name__}: {exc}"
+
+    from dyntc.encoders import sru as dsru
+
+    import numba
+
+    print(f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; torch {torch.__version__}, "
+          f"torch.get_num_threads() = {torch.get_num_threads()}; numba {numba.__version__}")
+    print(f"model: {LAYERS} layers x {HIDDEN} hidden, input {INPUT}, dropout {DROPOUT}, float32; "
+          f"load average before: {load()}")
+    if sru_error:
+        print(f"sru 2.6.0 unavailable: {sru_error}")
+    if not args.no_compile_timing:
+        print(compile_timing())
+
+    torch.manual_seed(0)
+    fast = dsru.SRU(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT)
+    ok, reason = dsru.fast_path_status(torch.zeros(1))
+    if not ok:
+        print(f"WARNING: dyntc fast path unavailable: {reason}")
+    ref_model = _Reference(fast)
+    peers: dict[str, nn.Module] = {"dyntc fast": fast, "dyntc ref": ref_model}
+    if sru is not None:
+        theirs = sru.SRU(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT, rescale=True)
+        theirs.load_state_dict(fast.state_dict())
+        peers["sru 2.6.0"] = theirs
+    peers["nn.LSTM"] = nn.LSTM(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT)
+
+    header = f"{'shape BxT':>10} {'model':<13} {'train ms':>10} {'infer ms':>10}"
+    for shape in args.shapes.split(","):
+        batch, length = (int(v) for v in shape.lower().split("x"))
+        x = torch.randn(length, batch, INPUT)
+        print()
+        print(header)
+        res: dict[str, tuple[float, float]] = {}
+        for name, model in peers.items():
+            model.train()
+            reps = args.reps if not (name in ("dyntc ref", "sru 2.6.0") and length > 64) else min(args.reps, 3)
+            tr = timeit(train_step(model, x), reps, args.budget)
+            model.eval()
+            inf = timeit(infer_step(model, x), args.reps, args.budget)
+            res[name] = (tr, inf)
+            print(f"{shape:>10} {name:<13} {tr * 1e3:10.1f} {inf * 1e3:10.1f}", flush=True)
+        floor = (timeit(matmul_floor(batch, length, True), args.reps, args.budget),
+                 timeit(matmul_floor(batch, length, False), args.reps, args.budget))
+        res["matmul floor"] = floor
+        print(f"{shape:>10} {'matmul floor':<13} {floor[0] * 1e3:10.1f} {floor[1] * 1e3:10.1f}")
+        f_tr, f_inf = res["dyntc fast"]
+        if "sru 2.6.0" in res:
+            s_tr, s_inf = res["sru 2.6.0"]
+            print(f"{shape:>10} ratio sru 2.6.0 / dyntc fast: training {s_tr / f_tr:.2f}x, inference {s_inf / f_inf:.2f}x")
+        print(f"{shape:>10} ratio dyntc fast / matmul floor: training {f_tr / floor[0]:.2f}x, inference {f_inf / floor[1]:.2f}x")
+        l_tr, l_inf = res["nn.LSTM"]
+        print(f"{shape:>10} ratio nn.LSTM / dyntc fast: training {l_tr / f_tr:.2f}x, inference {l_inf / f_inf:.2f}x")
+    longest = max(args.shapes.split(","), key=lambda v: int(v.lower().split("x")[1]))
+    batch, length = (int(v) for v in longest.lower().split("x"))
+    x = torch.randn(length, batch, INPUT)
+    print(f"\nlast-token loss output[-1].sum(), {longest}, training step:")
+    last = {}
+    for name in ("dyntc fast", "sru 2.6.0"):
+        if name in peers:
+            peers[name].train()
+            last[name] = timeit(train_step(peers[name], x, last_only=True), 3, args.budget)
+            print(f"  {name:<13} {last[name] * 1e3:10.1f} ms")
+    if len(last) == 2:
+        print(f"  ratio sru 2.6.0 / dyntc fast: {last['sru 2.6.0'] / last['dyntc fast']:.2f}x")
+    print(f"\nload average after: {load()} (on a shared machine the absolute numbers are noisy)")
+
+
+class _Reference(nn.Module):
+    """The same SRU forced onto its pure-PyTorch reference path."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x, fast=False)
+
+
+if __name__ == "__main__":
+    main()
