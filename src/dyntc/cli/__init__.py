@@ -22,10 +22,18 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from dyntc.cli import train
+    from dyntc.cli import reproduce, train
 
     app.command("datasets")(train.datasets)
     app.command("train")(train.train)
+    app.command("reproduce")(reproduce.reproduce)
+
+    from dyntc.cli import classifier
+
+    app.command("fit")(classifier.fit)
+    app.command("predict")(classifier.predict)
+    app.command("evaluate")(classifier.evaluate)
+    app.add_typer(classifier.labels_app, name="labels")
 
 
 def main() -> None:

@@ -1,0 +1,59 @@
+"""``dyntc reproduce``: the paper's dynamic classification experiments (Tables 2 and 3, Figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import torch
+import typer
+from rich.console import Console
+
+from dyntc.errors import DyntcError
+
+console = Console(stderr=True)
+
+
+def _settings(values: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in values or []:
+        if "=" not in item:
+            raise DyntcError(f"--set expects FIELD=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def reproduce(
+    dataset: Annotated[str, typer.Option(help="sent | news | wos | clinc150 | hwu64")],
+    profile: Annotated[str, typer.Option(help="quick (CPU-sized) | paper (the paper's hyperparameters; GPU) | tiny (smoke test)")] = "quick",
+    out: Annotated[Optional[Path], typer.Option(help="Run directory (results.json, tables.md, *.png); default runs/reproduce-DATASET-PROFILE")] = None,
+    splits: Annotated[Optional[int], typer.Option(help="Number of random label splits (default: the profile's)")] = None,
+    models: Annotated[str, typer.Option(help="Comma-separated: mlp, euc, hyp, logreg (logreg needs a pretrained encoder)")] = "mlp,euc,hyp",
+    variants: Annotated[str, typer.Option(help="Comma-separated: fine-tuned, un-tuned, scratch")] = "fine-tuned,un-tuned,scratch",
+    n_fine: Annotated[Optional[str], typer.Option("--n-fine", help="Comma-separated examples per class for fine-tuning (default: the profile's)")] = None,
+    encoder: Annotated[str, typer.Option(help="sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model")] = "sru",
+    p: Annotated[Optional[float], typer.Option(help="Fraction of labels removed / leaves collapsed (default 0.3)")] = None,
+    seed: Annotated[int, typer.Option(help="Base seed: split k uses seed + k")] = 0,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a profile field, e.g. --set pretrain_episodes=2000 (repeatable)")] = None,
+    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda" if torch.cuda.is_available() else "cpu",
+    data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
+    threads: Annotated[int, typer.Option(help="CPU threads for torch (1 is usually fastest for the SRU's small matrices)")] = 1,
+    force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
+    progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
+) -> None:
+    """Run (or resume) the dynamic classification protocol and write results.json, tables.md and plots.
+
+    Rerunning with the same --out skips finished (model, variant, n_fine, split) cells.
+    """
+    from dyntc.protocol import reproduce as run
+
+    target = out or Path(f"runs/reproduce-{dataset}-{profile}")
+    results = run(
+        dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
+        p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, progress=progress, threads=threads,
+        log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
+    )
+    n = len(results["rows"])
+    state = "finished" if results.get("finished") else "partial"
+    console.print(f"{n} cells ({state}); results in {target / 'results.json'}, tables in {target / 'tables.md'}")

@@ -1,0 +1,882 @@
+"""The paper's dynamic classification protocol (Wohlwend et al. 2019, Sections 4-5), end to end.
+
+For each random label split (:mod:`dyntc.data.dynamic`) and each model (MLP, EUC, HYP):
+
+1. **pretrain** on the pretraining pool labelled with ``Y_old`` (early stopping on ``dev_old``);
+2. for each ``n_fine``, take ``n_fine`` examples per class of ``Y_new`` from the fine-tuning pool and
+   evaluate three variants on the test set (labelled with ``Y_new``):
+
+   - ``fine-tuned``: train the pretrained model further on the ``n_fine`` examples (MLP: new output
+     layer + supervised training; EUC/HYP: episodic training); prototypes from those examples;
+   - ``un-tuned``: no training; prototypes from the pretrained encoder and the ``n_fine`` examples
+     (MLP: k-NN, k=5, on its penultimate layer = the paper's MLP-KNN);
+   - ``scratch``: the fine-tuned recipe applied to a freshly initialised model (no pretraining);
+
+   Early stopping during fine-tuning / scratch training uses the dev set labelled with ``Y_new``
+   (``dev_new``), with prototypes built from the ``n_fine`` examples.
+
+Accuracy is reported over all test examples (``acc_all``), over those whose true label is a new class
+(``acc_new``) and over the others (``acc_old``). Every finished (model, variant, n_fine, split) cell is
+written at once to ``results.json`` (atomically), so an interrupted run resumes where it stopped.
+Pretrained weights are cached under ``checkpoints/`` of the run directory.
+
+Texts are featurized once per run (the SRU vocabulary comes from the full training split's texts:
+GloVe is frozen, so this leaks no label information) and reused by every split, model and ``n_fine``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import time
+import zlib
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from dyntc import __version__
+from dyntc.checkpoint import write_json
+from dyntc.data.dynamic import DynamicSplit, check_fraction, make_split
+from dyntc.data.types import Dataset
+from dyntc.errors import DyntcError
+from dyntc.models import PrototypicalNetwork, build_model
+from dyntc.training import (
+    Encoded,
+    TrainConfig,
+    TrainResult,
+    embed,
+    train_prototypical,
+    train_supervised,
+)
+
+RESULTS_FORMAT = 1
+METRIC_MODELS = ("euc", "hyp")
+ALL_MODELS = ("mlp", "euc", "hyp", "logreg")
+DEFAULT_MODELS = ("mlp", "euc", "hyp")
+VARIANTS = ("fine-tuned", "un-tuned", "scratch")
+# Model -> the variants it has. logreg (SetFit-style probe on a frozen pretrained backbone) has no
+# Y_old pretraining stage of its own: it is only trained on the n_fine examples.
+MODEL_VARIANTS = {"mlp": VARIANTS, "euc": VARIANTS, "hyp": VARIANTS, "logreg": ("fine-tuned",)}
+HIERARCHICAL_DEFAULT_N_FINE = (5, 10, 20, 50, 100, 500)  # NEWS / WOS: Table 2 plus Table 3's 50 and 500
+FLAT_DEFAULT_N_FINE = (5, 10, 20, 100)  # Table 2
+
+
+# --------------------------------------------------------------------------------------------------
+# Profiles
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Profile:
+    """Every hyperparameter of a protocol run. Per-dataset values are dicts with a ``"*"`` default."""
+
+    name: str
+    splits: int = 5
+    n_fine: dict[str, tuple[int, ...]] = field(
+        default_factory=lambda: {"news": HIERARCHICAL_DEFAULT_N_FINE, "wos": HIERARCHICAL_DEFAULT_N_FINE, "*": FLAT_DEFAULT_N_FINE}
+    )
+    p: float = 0.3
+    # encoder (SRU options; a pretrained encoder takes only max_len / dropout when it supports them)
+    hidden_size: int = 128
+    num_layers: int = 4
+    dropout: dict[str, float] = field(default_factory=lambda: {"wos": 0.3, "*": 0.5})
+    max_len: dict[str, int] = field(default_factory=lambda: {"*": 200})
+    # optimisation (Adam)
+    lr: float = 1e-3
+    n_support: int = 4  # N_S
+    n_query: int = 64  # N_Q, per episode in total
+    max_classes: int = 50  # N_C = all classes, at most this many
+    batch_size: int = 64  # MLP
+    # pretraining on Y_old
+    pretrain_episodes: int = 10_000
+    pretrain_epochs: int = 100
+    pretrain_eval_every: int = 100
+    pretrain_patience: int = 10
+    pretrain_eval_support_per_class: int | None = None  # dev prototypes from at most this many examples per class
+    # fine-tuning (and training from scratch) on the n_fine examples
+    finetune_episodes: int = 10_000
+    finetune_epochs: int = 100
+    finetune_eval_every: int = 100
+    finetune_patience: int = 10
+    # MLP fine-tuning / scratch: with n_fine examples per class an epoch is only a batch or two, so epochs
+    # (and the patience, in epochs) are raised until at least this many batches may run (0 = epochs as given)
+    finetune_min_steps: int = 0
+    finetune_eval_support_per_class: int | None = None  # EUC/HYP dev-time prototypes while fine-tuning (test: all n_fine)
+    # evaluation
+    dev_per_class: dict[str, int | None] = field(default_factory=lambda: {"*": None})  # cap on early-stopping dev sets, per class
+    test_per_class: int | None = None  # None = the full test set (always, except in `tiny`)
+    knn_k: int = 5  # MLP-KNN
+    stage_time_budget_s: float | None = None  # optional cap on any single training stage
+    description: str = ""
+
+    def for_dataset(self, dataset: str) -> dict[str, Any]:
+        """The profile with per-dataset values resolved, as a JSON-able dict."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict):
+                value = value.get(dataset, value.get("*"))
+            if isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+PAPER = Profile(
+    name="paper",
+    description=(
+        "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
+        "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
+        "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU."
+    ),
+)
+
+QUICK = Profile(
+    name="quick",
+    splits=3,
+    n_fine={"*": (5, 10, 20, 100)},
+    hidden_size=128,
+    num_layers=1,
+    max_len={"news": 64, "wos": 64, "*": 32},
+    lr=3e-3,
+    pretrain_episodes=800,
+    pretrain_epochs=10,
+    pretrain_eval_every=100,
+    pretrain_patience=3,
+    pretrain_eval_support_per_class=50,
+    finetune_episodes=60,
+    finetune_epochs=10,
+    finetune_eval_every=20,
+    finetune_patience=2,
+    finetune_min_steps=60,
+    finetune_eval_support_per_class=20,
+    dev_per_class={"clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
+    description=(
+        "CPU-sized: the protocol, models and variants of `paper` with a 1-layer SRU (hidden 128), Adam 3e-3 "
+        "(converges in fewer episodes than 1e-3), texts truncated to 32 tokens (64 for NEWS/WOS), <=800 "
+        "pretraining episodes / 10 epochs, <=60 fine-tuning episodes (>=60 batches for the MLP), dev sets capped "
+        "at 30 examples per class (10 for the 64-150-class datasets), 3 splits, n_fine 5, 10, 20, 100."
+    ),
+)
+
+TINY = Profile(
+    name="tiny",
+    splits=1,
+    n_fine={"*": (5, 10)},
+    hidden_size=32,
+    num_layers=1,
+    dropout={"*": 0.1},
+    max_len={"*": 16},
+    n_query=32,
+    max_classes=10,
+    pretrain_episodes=20,
+    pretrain_epochs=1,
+    pretrain_eval_every=10,
+    pretrain_patience=1,
+    pretrain_eval_support_per_class=10,
+    finetune_episodes=10,
+    finetune_epochs=2,
+    finetune_eval_every=5,
+    finetune_patience=1,
+    finetune_min_steps=4,
+    dev_per_class=10,
+    test_per_class=30,
+    description="Smoke test (seconds): 1 split, 2 n_fine values, a 1 x 32 SRU, a few episodes, test capped at 30 per class.",
+)
+
+PROFILES = {p.name: p for p in (PAPER, QUICK, TINY)}
+
+
+def get_profile(name: str | Profile) -> Profile:
+    if isinstance(name, Profile):
+        return name
+    if name not in PROFILES:
+        raise DyntcError(f"unknown profile {name!r}: choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def override(profile: Profile, settings: dict[str, str]) -> Profile:
+    """A copy of `profile` with fields set from ``{"field": "value"}`` strings (``--set field=value``).
+
+    Per-dataset fields are set for every dataset; tuples take comma-separated values; ``none`` = None.
+    """
+    if not settings:
+        return profile
+    types = {f.name: f for f in fields(profile)}
+    changes: dict[str, Any] = {}
+    for key, raw in settings.items():
+        if key not in types or key in ("name", "description"):
+            raise DyntcError(f"unknown profile setting {key!r}: choose from {', '.join(k for k in types if k not in ('name', 'description'))}")
+        current = getattr(profile, key)
+        sample = current.get("*") if isinstance(current, dict) else current
+        try:
+            if raw.lower() == "none":
+                value: Any = None
+            elif isinstance(sample, tuple):
+                value = tuple(int(v) for v in raw.split(",") if v.strip())
+            elif isinstance(sample, bool):
+                value = raw.lower() in ("1", "true", "yes")
+            elif isinstance(sample, int) or (sample is None and key.endswith(("_per_class", "splits"))):
+                value = int(raw)
+            else:
+                value = float(raw)
+        except ValueError:
+            raise DyntcError(f"setting {key}={raw!r}: expected a {type(sample).__name__}") from None
+        changes[key] = {"*": value} if isinstance(current, dict) else value
+    return replace(profile, **changes)
+
+
+# --------------------------------------------------------------------------------------------------
+# Run configuration
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_int_list(text: str | None, what: str) -> tuple[int, ...] | None:
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if not isinstance(text, str):
+        return tuple(int(v) for v in text)
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise DyntcError(f"{what} must be comma-separated integers, got {text!r}") from None
+    return values
+
+
+def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(v.strip().lower() for v in (text.split(",") if isinstance(text, str) else text) if v.strip())
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise DyntcError(f"unknown {what} {bad or names!r}: choose from {', '.join(allowed)}")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass
+class RunPlan:
+    dataset: str
+    profile: Profile
+    hp: dict[str, Any]  # the profile resolved for the dataset (plus the options below)
+    splits: int
+    n_fine: tuple[int, ...]
+    models: tuple[str, ...]
+    variants: tuple[str, ...]
+    encoder: str
+    seed: int
+    device: str
+
+    def cells(self, split: int) -> list[tuple[str, str, int, int]]:
+        return [
+            (m, v, n, split)
+            for m in self.models
+            for n in self.n_fine
+            for v in self.variants
+            if v in MODEL_VARIANTS[m]
+        ]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match between a results directory and a rerun (selection of cells excluded)."""
+        hp = {k: v for k, v in self.hp.items() if k not in ("splits", "n_fine", "description")}
+        return {"dataset": self.dataset, "encoder": self.encoder, "seed": self.seed, "hyperparameters": hp}
+
+
+def make_plan(
+    dataset: str,
+    profile: str | Profile,
+    *,
+    splits: int | None = None,
+    n_fine: str | tuple[int, ...] | None = None,
+    models: str | tuple[str, ...] | None = None,
+    variants: str | tuple[str, ...] | None = None,
+    encoder: str = "sru",
+    p: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    settings: dict[str, str] | None = None,
+) -> RunPlan:
+    """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work)."""
+    prof = override(get_profile(profile), settings or {})
+    if p is not None:
+        prof = replace(prof, p=check_fraction(p))
+    check_fraction(prof.p)
+    hp = prof.for_dataset(dataset)
+    n_splits = prof.splits if splits is None else int(splits)
+    if n_splits < 1:
+        raise DyntcError(f"--splits must be >= 1, got {n_splits}")
+    fine = parse_int_list(n_fine, "--n-fine") if n_fine is not None else tuple(hp["n_fine"])
+    if not fine:
+        raise DyntcError("--n-fine needs at least one value")
+    if any(n < 1 for n in fine):
+        raise DyntcError(f"--n-fine values must be >= 1, got {list(fine)}")
+    fine = tuple(sorted(set(fine)))
+    chosen_models = parse_names(models, ALL_MODELS, "model(s)") or DEFAULT_MODELS
+    chosen_variants = parse_names(variants, VARIANTS, "variant(s)") or VARIANTS
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DyntcError("--device cuda requested but no CUDA device is available; use --device cpu")
+    if "logreg" in chosen_models and encoder == "sru":
+        raise DyntcError(
+            "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "
+            "it needs --encoder minilm (or a local sentence-transformers model), not sru"
+        )
+    trains_metric = any(m in METRIC_MODELS for m in chosen_models) and any(
+        v in ("fine-tuned", "scratch") for v in chosen_variants
+    )
+    if trains_metric and min(fine) < hp["n_support"] + 1:
+        raise DyntcError(
+            f"n_fine={min(fine)} is too small for episodic fine-tuning of euc/hyp with n_support={hp['n_support']}: "
+            f"each class needs n_support + 1 = {hp['n_support'] + 1} examples (raise --n-fine or set n_support lower)"
+        )
+    for name in ("hidden_size", "num_layers", "n_support", "n_query", "batch_size", "knn_k", "max_len"):
+        if hp[name] is not None and hp[name] < 1:
+            raise DyntcError(f"profile setting {name} must be >= 1, got {hp[name]}")
+    if hp["max_classes"] < 2:
+        raise DyntcError(f"profile setting max_classes must be >= 2, got {hp['max_classes']}")
+    hp["splits"], hp["n_fine"] = n_splits, list(fine)
+    return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device)
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers: seeds, featurized data, evaluation
+# --------------------------------------------------------------------------------------------------
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from any parts (same on every run and machine)."""
+    return zlib.crc32("/".join(map(str, parts)).encode()) & 0x7FFFFFFF
+
+
+def cell_key(model: str, variant: str, n_fine: int, split: int) -> str:
+    return f"{model}/{variant}/{n_fine}/{split}"
+
+
+@dataclass
+class Featurized:
+    """Featurized items of a dataset's train / dev / test texts, shared by all splits."""
+
+    train: list[Any]
+    dev: list[Any]
+    test: list[Any]
+    signature: Any  # the encoder's extra_files(): equal signatures featurize identically
+
+    def encoded(self, part: str, indices: np.ndarray, labels: list[str], classes: list[str]) -> Encoded:
+        items = getattr(self, part)
+        index = {c: i for i, c in enumerate(classes)}
+        return Encoded([items[i] for i in indices], np.array([index[y] for y in labels], dtype=np.int64), list(classes))
+
+
+class _Points(nn.Module):
+    """``model.embed`` as a module, so that :func:`dyntc.training.embed` can batch it."""
+
+    def __init__(self, model: PrototypicalNetwork):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **batch):
+        return self.model.embed(**batch)
+
+
+def _points(model: PrototypicalNetwork, items: list[Any]) -> torch.Tensor:
+    # the wrapper carries the model's mode, so that `embed` restores the model to the mode it was in
+    return embed(_Points(model).train(model.training), model.encoder, items)
+
+
+@torch.no_grad()
+def _proto_predict(model: PrototypicalNetwork, support_points: torch.Tensor, support_labels: np.ndarray,
+                   n_classes: int, query_points: torch.Tensor) -> np.ndarray:
+    was = model.training
+    model.eval()
+    try:
+        protos = model.prototypes(support_points, torch.as_tensor(support_labels, device=support_points.device), n_classes)
+        return model.logits(query_points, protos).argmax(1).cpu().numpy()
+    finally:
+        model.train(was)
+
+
+def _knn_predict(features_support: torch.Tensor, labels: np.ndarray, features_query: torch.Tensor, k: int) -> np.ndarray:
+    from dyntc.models import KNNProbe
+
+    probe = KNNProbe(k).fit(features_support.cpu(), torch.as_tensor(labels))
+    return probe.predict(features_query.cpu()).numpy()
+
+
+def accuracies(pred: np.ndarray, truth: np.ndarray, new_mask: np.ndarray) -> dict[str, float | None]:
+    correct = pred == truth
+    out: dict[str, float | None] = {"acc_all": float(correct.mean())}
+    out["acc_new"] = float(correct[new_mask].mean()) if new_mask.any() else None
+    out["acc_old"] = float(correct[~new_mask].mean()) if (~new_mask).any() else None
+    return out
+
+
+def _train_info(result: TrainResult | None) -> dict[str, Any]:
+    if result is None:
+        return {"steps": 0, "stopped_early": None, "best_dev_acc": None}
+    return {"steps": result.steps, "stopped_early": result.stopped_early, "best_dev_acc": result.best_dev_acc}
+
+
+def _frozen_names(model: nn.Module) -> set[str]:
+    return {n for n, p in model.named_parameters() if not p.requires_grad}
+
+
+def save_weights(path: Path, model: nn.Module, info: dict) -> None:
+    """Trainable weights (frozen ones, e.g. GloVe, are rebuilt from the encoder) and a JSON side file."""
+    from safetensors.torch import save_file
+
+    frozen = _frozen_names(model)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in frozen}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file(state, str(tmp))
+    tmp.replace(path)
+    write_json(path.with_suffix(".json"), info)
+
+
+def load_weights(path: Path, model: nn.Module) -> dict | None:
+    """Load what :func:`save_weights` wrote into `model`; None (and nothing loaded) if absent or unusable."""
+    from safetensors.torch import load_file
+
+    side = path.with_suffix(".json")
+    if not (path.is_file() and side.is_file()):
+        return None
+    try:
+        state = load_file(str(path), device="cpu")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - _frozen_names(model):
+            return None
+        return json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _machine() -> str:
+    from dyntc.cli.train import machine_description
+
+    return machine_description()
+
+
+class ProtocolRun:
+    """One ``dyntc reproduce`` run: a dataset, a plan, an output directory."""
+
+    def __init__(self, data: Dataset, plan: RunPlan, out: Path, *, force: bool = False, progress: bool = True,
+                 log: Callable[[str], None] | None = None):
+        self.data, self.plan, self.out = data, plan, Path(out)
+        self.hp = plan.hp
+        self.progress = progress
+        self.log = log or (lambda msg: tqdm.write(msg))
+        self.results_path = self.out / "results.json"
+        self.results = self._open(force)
+        self._featurized: Featurized | None = None
+        self._enc_options: dict[str, Any] = {}
+
+    # ---- results file -------------------------------------------------------------------------
+
+    def _open(self, force: bool) -> dict:
+        fingerprint = self.plan.fingerprint()
+        if self.results_path.is_file():
+            try:
+                old = json.loads(self.results_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise DyntcError(f"{self.results_path} is not valid JSON ({exc}); move it away or pass --force") from exc
+            if force:
+                self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
+                shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
+            elif old.get("fingerprint") != fingerprint:
+                diff = _diff(old.get("fingerprint") or {}, fingerprint)
+                raise DyntcError(
+                    f"{self.out} holds results of a different configuration ({diff}); "
+                    f"use another --out, or pass --force to discard them"
+                )
+            else:
+                old.update(self._header(started=old.get("started")))
+                return old
+        self.out.mkdir(parents=True, exist_ok=True)
+        return {**self._header(started=None), "rows": [], "split_info": {}, "pretraining": {}}
+
+    def _header(self, started: str | None) -> dict:
+        plan = self.plan
+        return {
+            "format": RESULTS_FORMAT,
+            "dataset": plan.dataset,
+            "profile": plan.profile.name,
+            "profile_description": plan.profile.description,
+            "encoder": plan.encoder,
+            "p": self.hp["p"],
+            "seed": plan.seed,
+            "n_fine": list(plan.n_fine),
+            "splits": plan.splits,
+            "models": list(plan.models),
+            "variants": list(plan.variants),
+            "config": self.hp,
+            "fingerprint": plan.fingerprint(),
+            "dyntc_version": __version__,
+            "machine": _machine(),
+            "device": plan.device,
+            "torch_threads": torch.get_num_threads(),
+            "started": started or _now(),
+            "finished": None,
+            "early_stopping": "pretraining: dev set relabelled to Y_old; fine-tuning and scratch: dev set on Y_new, "
+                              "prototypes (EUC/HYP) from the n_fine examples",
+        }
+
+    def done(self) -> set[str]:
+        return {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in self.results["rows"]}
+
+    def _save(self) -> None:
+        self.results["updated"] = _now()
+        write_json(self.results_path, self.results)
+
+    # ---- encoder and features -----------------------------------------------------------------
+
+    def _fresh_encoder(self, split_seed: int):
+        from dyntc.encoders import create_encoder
+
+        hp = self.hp
+        if self.plan.encoder == "sru":
+            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=hp["dropout"], max_len=hp["max_len"])
+        else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
+            options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
+        try:
+            enc = create_encoder(self.plan.encoder, self.data.train.texts, **options)
+        except TypeError as exc:  # a pretrained encoder that takes fewer options
+            raise DyntcError(f"encoder {self.plan.encoder!r} does not accept the profile's options ({exc})") from exc
+        self._enc_options = options
+        return enc
+
+    def _features(self, enc) -> Featurized:
+        signature = enc.extra_files()
+        if self._featurized is None or self._featurized.signature != signature:
+            t0 = time.perf_counter()
+            self._featurized = Featurized(
+                enc.featurize(self.data.train.texts), enc.featurize(self.data.dev.texts),
+                enc.featurize(self.data.test.texts), signature,
+            )
+            self.log(f"featurized {len(self.data.train) + len(self.data.dev) + len(self.data.test)} texts "
+                     f"in {time.perf_counter() - t0:.1f}s")
+        return self._featurized
+
+    # ---- training configs -----------------------------------------------------------------------
+
+    def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None) -> TrainConfig:
+        hp = self.hp
+        pre = stage == "pretrain"
+        epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
+        if not pre and n_train and hp["finetune_min_steps"]:
+            batches = math.ceil(n_train / hp["batch_size"])
+            epochs = max(epochs, math.ceil(hp["finetune_min_steps"] / batches))
+            patience = max(patience, math.ceil(hp["finetune_min_steps"] / (3 * batches)))
+        return TrainConfig(
+            lr=hp["lr"],
+            max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
+            max_epochs=epochs,
+            batch_size=hp["batch_size"],
+            n_support=n_support or hp["n_support"],
+            n_query=hp["n_query"],
+            max_classes=hp["max_classes"],
+            eval_every=hp["pretrain_eval_every" if pre else "finetune_eval_every"],
+            patience=patience,
+            eval_support_per_class=hp["pretrain_eval_support_per_class" if pre else "finetune_eval_support_per_class"],
+            time_budget_s=hp["stage_time_budget_s"],
+            seed=seed,
+            device=self.plan.device,
+            progress=self.progress,
+        )
+
+    def _cost(self, stage: str, model: str, n_train: int, n_classes: int) -> float:
+        """Planned work of a stage (sequences through the encoder, upper bound) for the ETA."""
+        hp = self.hp
+        pre = stage == "pretrain"
+        if model == "logreg":
+            return 1.0
+        if stage == "un-tuned":
+            return float(n_train)
+        if model == "mlp":
+            epochs = hp["pretrain_epochs" if pre else "finetune_epochs"]
+            floor = 0 if pre else hp["finetune_min_steps"] * min(n_train, hp["batch_size"])
+            return float(max(epochs * n_train, floor))
+        episodes = hp["pretrain_episodes" if pre else "finetune_episodes"]
+        return float(episodes * (min(n_classes, hp["max_classes"]) * hp["n_support"] + hp["n_query"]))
+
+    # ---- the main loop --------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        plan = self.plan
+        todo = {s: [c for c in plan.cells(s) if cell_key(*c) not in self.done()] for s in range(plan.splits)}
+        n_todo = sum(len(v) for v in todo.values())
+        n_all = sum(len(plan.cells(s)) for s in range(plan.splits))
+        if n_todo == 0:
+            self.log(f"all {n_all} cells already in {self.results_path}; rewriting tables and plots")
+        else:
+            self.log(f"{self.data.name}: {n_todo} of {n_all} cells to run ({plan.splits} splits x models {','.join(plan.models)} "
+                     f"x variants x n_fine {','.join(map(str, plan.n_fine))}); profile {plan.profile.name}, device {plan.device}")
+        splits = {s: make_split(self.data, plan.seed + s, self.hp["p"]) for s in range(plan.splits)}
+        for s, split in splits.items():
+            self.results["split_info"][str(s)] = split.describe()
+        self._save()
+        # The ETA: planned work of every remaining stage.
+        plans = {s: self._stage_costs(splits[s], todo[s]) for s in todo}
+        total = sum(c for stages in plans.values() for c in stages.values())
+        bar = tqdm(total=total, desc="reproduce", unit="seq", unit_scale=True, disable=not self.progress or total == 0,
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed, ETA {remaining} {postfix}")
+        t_run = time.perf_counter()
+        try:
+            for s in range(plan.splits):
+                if todo[s]:
+                    self._run_split(s, splits[s], todo[s], plans[s], bar)
+                    self._write_report()
+        finally:
+            bar.close()
+        self.results["finished"] = _now() if not any(
+            cell_key(*c) not in self.done() for s in range(plan.splits) for c in plan.cells(s)) else None
+        self.results["last_run_seconds"] = time.perf_counter() - t_run
+        self._save()
+        self._write_report()
+        return self.results
+
+    def _write_report(self) -> None:
+        from dyntc.report import write_report
+
+        write_report(self.results, self.out)
+
+    def _stage_costs(self, split: DynamicSplit, cells: list[tuple]) -> dict[tuple, float]:
+        costs: dict[tuple, float] = {}
+        n_new = len(split.new_labels)
+        for model, variant, n_fine, _ in cells:
+            if variant in ("fine-tuned", "un-tuned") and model != "logreg":
+                costs[("pretrain", model)] = self._cost("pretrain", model, len(split.pretrain), len(split.old_labels))
+            n_train = n_fine * n_new
+            costs[(model, variant, n_fine)] = self._cost(variant if variant == "un-tuned" else "finetune", model, n_train, n_new) \
+                + len(split.test)
+        return costs
+
+    def _run_split(self, s: int, split: DynamicSplit, cells: list[tuple], costs: dict[tuple, float], bar) -> None:
+        plan, hp = self.plan, self.hp
+        split_seed = plan.seed + s
+        enc0 = self._fresh_encoder(split_seed)
+        feats = self._features(enc0)
+        self.log(f"split {s} (seed {split_seed}): {len(split.old_labels)} old labels, {len(split.new_labels)} new labels, "
+                 f"new classes {split.new_classes}" + (f"; collapsed {list(split.collapsed)}" if split.collapsed else ""))
+        old, new = split.old_labels, split.new_labels
+        rng_seed = derive_seed(plan.seed, s, "dev")
+        pretrain = feats.encoded("train", split.pretrain_idx, split.pretrain.labels, old)
+        dev_old = feats.encoded("dev", split.dev_old_idx, split.dev_old.labels, old).per_class(hp["dev_per_class"], rng_seed)
+        dev_new = feats.encoded("dev", split.dev_new_idx, split.dev_new.labels, new).per_class(hp["dev_per_class"], rng_seed)
+        pool = feats.encoded("train", split.finetune_idx, split.finetune_pool.labels, new)
+        test = feats.encoded("test", split.test_idx, split.test.labels, new).per_class(hp["test_per_class"], derive_seed(plan.seed, "test"))
+        new_ids = np.array([new.index(c) for c in split.new_classes], dtype=np.int64)
+        test_new_mask = np.isin(test.labels, new_ids)
+        self.results["split_info"][str(s)]["n_test_evaluated"] = len(test)
+        self.results["split_info"][str(s)]["n_dev_old_used"] = len(dev_old)
+        self.results["split_info"][str(s)]["n_dev_new_used"] = len(dev_new)
+
+        if "logreg" in plan.models:
+            _check_frozen_items(feats.train)
+
+        models_here = list(dict.fromkeys(c[0] for c in cells))
+        for model_name in models_here:
+            model_cells = [c for c in cells if c[0] == model_name]
+            pretrained = None
+            if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in model_cells):
+                pretrained = self._pretrained(s, split_seed, model_name, enc0, pretrain, dev_old, bar, costs)
+            cache: dict[str, Any] = {}
+            for _, variant, n_fine, _ in model_cells:
+                bar.set_postfix_str(f"split {s} {model_name} {variant} n_fine={n_fine}")
+                idx, short = split.finetune_indices(n_fine)
+                # finetune_indices are positions in the fine-tuning pool, as are pool's rows
+                fine = pool.take(idx)
+                t0 = time.perf_counter()
+                row = self._cell(model_name, variant, n_fine, s, split_seed, enc0, pretrained, fine, dev_new, test,
+                                 test_new_mask, cache)
+                row.update(
+                    model=model_name, variant=variant, n_fine=n_fine, split=s, seed=split_seed,
+                    n_train=len(fine), shortfall=short, n_test=len(test), n_test_new=int(test_new_mask.sum()),
+                    cell_seconds=time.perf_counter() - t0, finished=_now(),
+                )
+                self.results["rows"].append(_ordered(row))
+                self._save()
+                bar.update(costs.get((model_name, variant, n_fine), 0.0))
+                acc_new = "n/a" if row["acc_new"] is None else f"{row['acc_new']:.3f}"
+                self.log(f"  split {s} {model_name:6s} {variant:10s} n_fine={n_fine:<4d} acc_all={row['acc_all']:.3f} "
+                         f"acc_new={acc_new} ({row['train_seconds']:.0f}s train)")
+
+    def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old, bar, costs):
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
+        model = build_model(model_name, copy.deepcopy(enc0), len(pretrain.classes))
+        path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
+        info = load_weights(path, model)
+        if info is not None and info.get("fingerprint") == self.plan.fingerprint():
+            self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
+        else:
+            bar.set_postfix_str(f"split {s} {model_name} pretraining")
+            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"))
+            if model_name == "mlp":
+                result = train_supervised(model, pretrain, dev_old, cfg)
+            else:
+                result = train_prototypical(model, pretrain, dev_old, cfg)
+            info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, **_train_info(result),
+                    "n_train": len(pretrain), "n_dev": len(dev_old), "history": result.history}
+            save_weights(path, model, info)
+            self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
+                     f"in {result.seconds:.0f}s, best dev_old acc {result.best_dev_acc:.3f}")
+        self.results["pretraining"].setdefault(str(s), {})[model_name] = {k: v for k, v in info.items() if k != "fingerprint"}
+        bar.update(costs.get(("pretrain", model_name), 0.0))
+        return model.to(self.plan.device).eval()
+
+    def _cell(self, model_name, variant, n_fine, s, split_seed, enc0, pretrained, fine: Encoded, dev_new: Encoded,
+              test: Encoded, test_new_mask, cache) -> dict:
+        plan, hp = self.plan, self.hp
+        n_classes = len(fine.classes)
+        seed = derive_seed(plan.seed, split_seed, model_name, variant, n_fine)
+        info: dict[str, Any] = {"train_seconds": 0.0}
+        if model_name == "logreg":
+            t0 = time.perf_counter()
+            pred = _logreg_predict(fine, test, seed)
+            info["train_seconds"] = time.perf_counter() - t0
+            info.update(accuracies(pred, test.labels, test_new_mask))
+            return info
+
+        if variant == "un-tuned":
+            if "test" not in cache:  # the pretrained model is fixed: embed the test set once per model
+                cache["test"] = (embed(pretrained.encoder, pretrained.encoder, test.items) if model_name == "mlp"
+                                 else _points(pretrained, test.items))
+            if model_name == "mlp":
+                support = embed(pretrained.encoder, pretrained.encoder, fine.items)
+                pred = _knn_predict(support, fine.labels, cache["test"], hp["knn_k"])
+            else:
+                pred = _proto_predict(pretrained, _points(pretrained, fine.items), fine.labels, n_classes, cache["test"])
+            info.update(_train_info(None))
+            info.update(accuracies(pred, test.labels, test_new_mask))
+            return info
+
+        # fine-tuned or scratch: train on the n_fine examples, early stopping on dev_new
+        if variant == "fine-tuned":
+            model = copy.deepcopy(pretrained)
+        else:
+            torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
+            model = build_model(model_name, copy.deepcopy(enc0), n_classes)
+        torch.manual_seed(seed)
+        if model_name == "mlp":
+            if variant == "fine-tuned":
+                model.replace_head(n_classes)
+            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine)))
+            logits = embed(model, model.encoder, test.items)
+            pred = logits.argmax(1).cpu().numpy()
+        else:
+            counts = np.bincount(fine.labels, minlength=n_classes)
+            n_support = min(hp["n_support"], int(counts.min()) - 1)
+            if n_support < 1:
+                info["note"] = f"not trained: a class has only {int(counts.min())} example(s)"
+                result = None
+            else:
+                if n_support < hp["n_support"]:
+                    info["n_support_used"] = n_support
+                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support))
+            model.eval()
+            pred = _proto_predict(model, _points(model, fine.items), fine.labels, n_classes, _points(model, test.items))
+        info["train_seconds"] = result.seconds if result is not None else 0.0
+        info.update(_train_info(result))
+        info.update(accuracies(pred, test.labels, test_new_mask))
+        return info
+
+
+_ROW_ORDER = ("model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds")
+
+
+def _ordered(row: dict) -> dict:
+    return {**{k: row[k] for k in _ROW_ORDER if k in row}, **{k: v for k, v in row.items() if k not in _ROW_ORDER}}
+
+
+def _diff(old: dict, new: dict, prefix: str = "") -> str:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = _diff(a, b, f"{prefix}{key}.")
+            if inner:
+                out.append(inner)
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} there, {b!r} now")
+    return "; ".join(out[:4]) + ("; ..." if len(out) > 4 else "")
+
+
+def _check_frozen_items(items: list[Any]) -> None:
+    if not items or not all(isinstance(x, torch.Tensor) and x.dim() == 1 and x.is_floating_point() for x in items[:10]):
+        raise DyntcError(
+            "the logreg baseline needs a frozen pretrained encoder whose featurized items are sentence embeddings "
+            "(1-D float tensors); this encoder featurizes texts into something else (token ids?)"
+        )
+
+
+def _logreg_predict(fine: Encoded, test: Encoded, seed: int) -> np.ndarray:
+    from sklearn.linear_model import LogisticRegression
+
+    _check_frozen_items(fine.items)
+    x_train = torch.stack(fine.items).float().numpy()
+    x_test = torch.stack(test.items).float().numpy()
+    clf = LogisticRegression(max_iter=2000, random_state=seed)
+    clf.fit(x_train, fine.labels)
+    return clf.predict(x_test)
+
+
+def reproduce(
+    dataset: str | Dataset,
+    profile: str | Profile = "quick",
+    out: str | Path = "runs/reproduce",
+    *,
+    splits: int | None = None,
+    n_fine: str | tuple[int, ...] | None = None,
+    models: str | tuple[str, ...] | None = None,
+    variants: str | tuple[str, ...] | None = None,
+    encoder: str = "sru",
+    p: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    settings: dict[str, str] | None = None,
+    data_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    threads: int | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
+
+    `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `threads` sets
+    ``torch.set_num_threads`` (the SRU's matrices are small: one thread is usually fastest on CPU, and
+    several threads are much slower on a busy machine).
+    """
+    if threads is not None:
+        if threads < 1:
+            raise DyntcError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
+    plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
+                     p=p, seed=seed, device=device, settings=settings)
+    if not isinstance(dataset, Dataset):
+        from dyntc.data.datasets import load
+
+        dataset = load(name, data_dir, seed=seed)
+    run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
+    return run.run()
+
+
+__all__ = [
+    "PAPER", "PROFILES", "QUICK", "TINY", "Profile", "ProtocolRun", "RunPlan", "accuracies", "cell_key",
+    "derive_seed", "get_profile", "make_plan", "override", "reproduce",
+]

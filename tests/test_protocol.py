@@ -1,0 +1,270 @@
+"""The reproduction protocol: plan validation, a `tiny` run on real SENT data, resuming, reports."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import dyntc.protocol as protocol
+from dyntc.data.types import Dataset
+from dyntc.errors import DyntcError
+from dyntc.protocol import accuracies, make_plan, reproduce
+from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown
+from dyntc.training import Encoded
+
+ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
+            "shortfall", "n_test", "n_test_new", "steps"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The SRU's small matrices run fastest on one thread (much faster on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def small_sent(sent):
+    """Real SENT tweets, fewer of them (the protocol is the same; the test stays fast)."""
+    def cap(split, per_class, seed):
+        rng = np.random.default_rng(seed)
+        labels = np.array(split.labels, dtype=object)
+        keep = np.concatenate([rng.permutation(np.flatnonzero(labels == y))[:per_class] for y in sorted(set(split.labels))])
+        return split.subset(np.sort(keep))
+
+    return Dataset("sent", cap(sent.train, 40, 0), cap(sent.dev, 8, 1), cap(sent.test, 10, 2), None, dict(sent.info))
+
+
+def run_tiny(data, out, **kw):
+    kw.setdefault("progress", False)
+    kw.setdefault("log", lambda msg: None)
+    return reproduce(data, "tiny", out, **kw)
+
+
+class Counter:
+    """Wraps a training function and counts its calls."""
+
+    def __init__(self, fn, fail_after=None):
+        self.fn, self.calls, self.fail_after = fn, 0, fail_after
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        return self.fn(*args, **kwargs)
+
+
+@pytest.fixture()
+def counted(monkeypatch):
+    proto = Counter(protocol.train_prototypical)
+    sup = Counter(protocol.train_supervised)
+    monkeypatch.setattr(protocol, "train_prototypical", proto)
+    monkeypatch.setattr(protocol, "train_supervised", sup)
+    return proto, sup
+
+
+# ---- plan validation ----------------------------------------------------------------------------
+
+
+def test_unknown_profile_model_variant_and_setting():
+    with pytest.raises(DyntcError, match="unknown profile 'huge'"):
+        make_plan("sent", "huge")
+    with pytest.raises(DyntcError, match="unknown model"):
+        make_plan("sent", "quick", models="euc,svm")
+    with pytest.raises(DyntcError, match="unknown variant"):
+        make_plan("sent", "quick", variants="tuned")
+    with pytest.raises(DyntcError, match="unknown profile setting 'episodes'"):
+        make_plan("sent", "quick", settings={"episodes": "3"})
+    with pytest.raises(DyntcError, match="expected a int"):
+        make_plan("sent", "quick", settings={"pretrain_episodes": "many"})
+
+
+def test_n_fine_must_exceed_n_support_for_metric_models():
+    with pytest.raises(DyntcError, match="n_support \\+ 1 = 5"):
+        make_plan("sent", "quick", n_fine="4,10")
+    with pytest.raises(DyntcError, match=">= 1"):
+        make_plan("sent", "quick", n_fine="0,10", models="mlp")
+    # MLP alone, or un-tuned prototypes only, need no episodes: small n_fine is fine there
+    assert make_plan("sent", "quick", n_fine="2,10", models="mlp").n_fine == (2, 10)
+    assert make_plan("sent", "quick", n_fine="1", variants="un-tuned").n_fine == (1,)
+    assert make_plan("sent", "quick", n_fine="3", settings={"n_support": "2"}).n_fine == (3,)
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 1.3, -0.1])
+def test_p_outside_unit_interval(p):
+    with pytest.raises(DyntcError, match="must be in \\(0, 1\\)"):
+        make_plan("sent", "quick", p=p)
+
+
+def test_logreg_needs_a_pretrained_encoder():
+    with pytest.raises(DyntcError, match="needs --encoder minilm"):
+        make_plan("sent", "quick", models="euc,logreg", encoder="sru")
+
+
+def test_profiles_resolve_per_dataset():
+    paper = make_plan("news", "paper").hp
+    assert paper["n_fine"] == [5, 10, 20, 50, 100, 500] and paper["dropout"] == 0.5 and paper["splits"] == 5
+    assert paper["pretrain_episodes"] == 10_000 and paper["pretrain_epochs"] == 100
+    assert (paper["n_support"], paper["n_query"], paper["max_classes"], paper["lr"]) == (4, 64, 50, 1e-3)
+    assert (paper["hidden_size"], paper["num_layers"]) == (128, 4)
+    assert make_plan("wos", "paper").hp["dropout"] == 0.3
+    assert make_plan("sent", "paper").n_fine == (5, 10, 20, 100)
+    quick = make_plan("news", "quick")
+    assert quick.hp["max_len"] == 64 and make_plan("sent", "quick").hp["max_len"] == 32
+    # the selection of cells is not part of the fingerprint, hyperparameters are
+    assert make_plan("sent", "quick", splits=1).fingerprint() == make_plan("sent", "quick", splits=4).fingerprint()
+    assert make_plan("sent", "quick").fingerprint() != make_plan("sent", "quick", settings={"lr": "0.01"}).fingerprint()
+
+
+# ---- evaluation helpers -------------------------------------------------------------------------
+
+
+def test_accuracies_over_all_new_and_old():
+    truth = np.array([0, 1, 2, 2, 1, 0])
+    pred = np.array([0, 1, 1, 2, 0, 0])
+    new = np.isin(truth, [2])
+    acc = accuracies(pred, truth, new)
+    assert acc["acc_all"] == pytest.approx(4 / 6)
+    assert acc["acc_new"] == pytest.approx(1 / 2)
+    assert acc["acc_old"] == pytest.approx(3 / 4)
+    assert accuracies(pred, truth, np.zeros(6, bool))["acc_new"] is None
+
+
+def test_logreg_on_frozen_embeddings_and_rejects_token_ids():
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(3, 8)) * 4
+    def make(n):
+        labels = np.repeat(np.arange(3), n)
+        items = [torch.tensor(centers[y] + rng.normal(size=8), dtype=torch.float32) for y in labels]
+        return Encoded(items, labels, ["a", "b", "c"])
+    pred = protocol._logreg_predict(make(5), test := make(20), seed=0)
+    assert (pred == test.labels).mean() > 0.9
+    ids = Encoded([torch.tensor([3, 4, 5]), torch.tensor([1, 2])], np.array([0, 1]), ["a", "b"])
+    with pytest.raises(DyntcError, match="frozen pretrained encoder"):
+        protocol._logreg_predict(ids, ids, seed=0)
+
+
+# ---- a real (tiny) run --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_run(small_sent, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    results = run_tiny(small_sent, out)
+    return out, results
+
+
+def test_tiny_run_schema(tiny_run, small_sent):
+    out, results = tiny_run
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk["rows"] == results["rows"]
+    for key in ("dataset", "profile", "p", "n_fine", "splits", "config", "dyntc_version", "machine", "started",
+                "finished", "split_info", "pretraining", "fingerprint"):
+        assert key in on_disk, key
+    assert on_disk["dataset"] == "sent" and on_disk["profile"] == "tiny" and on_disk["finished"]
+    assert on_disk["config"]["pretrain_episodes"] == protocol.TINY.pretrain_episodes
+    rows = on_disk["rows"]
+    cells = {(r["model"], r["variant"], r["n_fine"], r["split"]) for r in rows}
+    assert len(rows) == len(cells) == 3 * 3 * 2  # models x variants x n_fine, one split
+    for r in rows:
+        assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
+        assert 0.0 <= r["acc_all"] <= 1.0 and 0.0 <= r["acc_new"] <= 1.0
+        assert r["n_train"] == r["n_fine"] * 10  # every SENT reason has >= 10 examples in the pool here
+        if r["variant"] == "un-tuned":
+            assert r["train_seconds"] == 0.0 and r["steps"] == 0
+        else:
+            assert r["steps"] > 0
+    info = on_disk["split_info"]["0"]
+    assert len(info["removed"]) == 3 and sorted(info["removed"]) == info["new_classes"]
+    assert set(info["old_labels"]) | set(info["removed"]) == set(info["new_labels"]) == set(small_sent.labels)
+    assert set(on_disk["pretraining"]["0"]) == {"mlp", "euc", "hyp"}
+    n_new_test = sum(y in info["new_classes"] for y in small_sent.test.labels)
+    assert all(r["n_test_new"] == n_new_test for r in rows)
+
+
+def test_tiny_run_report(tiny_run):
+    out, results = tiny_run
+    tables = (out / "tables.md").read_text()
+    assert "Table 2 layout" in tables and "Table 3 layout" in tables and "Benefits of pretraining" in tables
+    mean, std = PAPER_TABLE2["sent"]["hyp"][5]
+    assert f"[{mean:.1f} ± {std:.1f}]" in tables  # the paper's number beside ours
+    assert "[45.7]" in tables  # Table 3: HYP (un-tuned), n_fine = 5
+    for png in ("accuracy_vs_nfine.png", "pretraining_gain.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    agg = aggregate(results)
+    assert agg[("euc", "fine-tuned", 5)]["all"][2] == 1  # one split
+    assert tables_markdown(results) == tables
+
+
+def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    import shutil
+
+    shutil.copytree(out, run_dir)
+    proto, sup = counted
+    again = run_tiny(small_sent, run_dir)
+    assert proto.calls == 0 and sup.calls == 0  # nothing retrained, not even pretraining
+    assert again["rows"] == results["rows"]
+    # forget two cells: only they are recomputed, with the cached pretrained weights
+    data = json.loads((run_dir / "results.json").read_text())
+    data["rows"] = [r for r in data["rows"] if not (r["model"] == "hyp" and r["n_fine"] == 10 and r["variant"] != "un-tuned")]
+    (run_dir / "results.json").write_text(json.dumps(data))
+    third = run_tiny(small_sent, run_dir)
+    assert proto.calls == 2 and sup.calls == 0  # hyp fine-tuned + hyp scratch at n_fine=10
+    assert len(third["rows"]) == 18
+    old = {(r["model"], r["variant"], r["n_fine"]): r for r in results["rows"]}
+    for r in third["rows"]:
+        if r["model"] != "hyp" or r["n_fine"] != 10 or r["variant"] == "un-tuned":
+            assert r == old[(r["model"], r["variant"], r["n_fine"])]
+
+
+def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch):
+    proto = Counter(protocol.train_prototypical, fail_after=3)
+    monkeypatch.setattr(protocol, "train_prototypical", proto)
+    with pytest.raises(KeyboardInterrupt):
+        run_tiny(small_sent, tmp_path, models="mlp,euc")
+    partial = json.loads((tmp_path / "results.json").read_text())  # valid JSON after the interruption
+    assert partial["finished"] is None
+    done = {(r["model"], r["variant"], r["n_fine"]) for r in partial["rows"]}
+    assert {("mlp", v, n) for v in ("fine-tuned", "un-tuned", "scratch") for n in (5, 10)} <= done
+    assert len(done) < 12
+    counter = Counter(proto.fn)
+    monkeypatch.setattr(protocol, "train_prototypical", counter)
+    sup = Counter(protocol.train_supervised)
+    monkeypatch.setattr(protocol, "train_supervised", sup)
+    final = run_tiny(small_sent, tmp_path, models="mlp,euc")
+    assert sup.calls == 0  # the MLP cells were all written before the interruption
+    assert len(final["rows"]) == 12 and final["finished"]
+    kept = [r for r in final["rows"] if (r["model"], r["variant"], r["n_fine"]) in done]
+    assert kept == partial["rows"]
+    assert counter.calls == 2  # euc n_fine=10 fine-tuned + scratch; pretraining loaded from its checkpoint
+
+
+def test_config_mismatch_is_an_error_unless_forced(tiny_run, small_sent, tmp_path):
+    out, _ = tiny_run
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    with pytest.raises(DyntcError, match="different configuration.*pretrain_episodes"):
+        run_tiny(small_sent, run_dir, settings={"pretrain_episodes": "7"})
+    forced = run_tiny(small_sent, run_dir, settings={"pretrain_episodes": "7"}, models="euc", variants="un-tuned",
+                      force=True)
+    assert len(forced["rows"]) == 2 and forced["config"]["pretrain_episodes"] == 7
+    assert forced["pretraining"]["0"]["euc"]["steps"] <= 7
+
+
+def test_cli_reports_bad_input_without_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "dyntc", "reproduce", "--dataset", "sent", "--profile", "nope", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "unknown profile 'nope'" in proc.stderr and "Traceback" not in proc.stderr
