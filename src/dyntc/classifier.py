@@ -431,27 +431,11 @@ class DynamicClassifier:
         return self.model_.encoder.output_dim + (1 if self.model_.metric == "hyperbolic" else 0)
 
     def _maybe_extend_vocab(self, texts: Sequence[str]) -> int:
-        """Append GloVe-known unseen words of `texts` to an SRU encoder's vocabulary; returns how many."""
-        if not self.extend_vocab or not texts:
+        """Let an encoder that can grow its vocabulary (GloVe + SRU) take the new words of `texts`."""
+        extend = getattr(self.model_.encoder, "extend_vocabulary", None)
+        if not self.extend_vocab or not texts or extend is None:
             return 0
-        encoder = self.model_.encoder
-        if encoder.config().get("kind") != "glove-sru":
-            return 0
-        from dyntc.text import Vocabulary, glove_lookup, tokenize
-
-        cfg = encoder.cfg
-        new = sorted({w for t in texts for w in tokenize(t, cfg.lower)} - encoder.vocab.index.keys())
-        if not new:
-            return 0
-        found, dim = glove_lookup(new, cfg.embeddings)
-        words = [w for w in new if w in found]
-        if not words or dim != encoder.embedding.weight.shape[1]:
-            return 0
-        old = encoder.embedding.weight.detach()
-        rows = torch.as_tensor(np.stack([found[w] for w in words]), dtype=old.dtype, device=old.device)
-        encoder.embedding = nn.Embedding.from_pretrained(torch.cat([old, rows]), freeze=True, padding_idx=0)
-        encoder.vocab = Vocabulary(encoder.vocab.tokens + words)
-        return len(words)
+        return extend(texts)
 
     def _means(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
         """Prototypes of the labels `names` from their stored points: one batched (Fréchet) mean."""

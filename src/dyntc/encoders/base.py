@@ -39,25 +39,10 @@ class TextEncoder(nn.Module):
         return {}
 
     def encode(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
-        """Embed `texts` without gradient, in batches; returns a CPU float tensor (N, output_dim)."""
-        items = self.featurize(texts)
-        return self.encode_items(items, batch_size)
+        """Embed `texts` without gradient, batches of similar length; ``(N, output_dim)``."""
+        from dyntc.training import embed  # training builds on this module
 
-    @torch.no_grad()
-    def encode_items(self, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
-        was_training = self.training
-        self.eval()
-        device = next(self.parameters()).device
-        out = []
-        try:
-            for start in range(0, len(items), batch_size):
-                batch = self.collate(items[start : start + batch_size])
-                out.append(self(**{k: v.to(device) for k, v in batch.items()}).float().cpu())
-        finally:
-            self.train(was_training)
-        if not out:
-            return torch.zeros(0, self.output_dim)
-        return torch.cat(out)
+        return embed(self, self, self.featurize(texts), batch_size).cpu()
 
 
 def build_encoder(config: dict, extra: dict[str, Any] | None = None) -> TextEncoder:

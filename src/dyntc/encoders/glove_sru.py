@@ -12,7 +12,7 @@ from torch import nn
 from dyntc.encoders.base import TextEncoder
 from dyntc.encoders.sru import SRU
 from dyntc.errors import DyntcError
-from dyntc.text import Vocabulary, build_vocabulary_and_embeddings, tokenize
+from dyntc.text import Vocabulary, build_vocabulary_and_embeddings, glove_lookup, tokenize
 
 
 @dataclass
@@ -72,6 +72,25 @@ class GloveSRUEncoder(TextEncoder):
         mask_pad = torch.arange(steps, device=ids.device)[:, None] >= lengths[None, :]
         output, _ = self.sru(self.embedding(ids), mask_pad=mask_pad)
         return output[lengths - 1, torch.arange(ids.shape[1], device=ids.device)]
+
+    def extend_vocabulary(self, texts: Sequence[str]) -> int:
+        """Append the unseen words of `texts` that GloVe knows, with their frozen vectors; returns how many.
+
+        Nothing is trained: texts embedded before keep their points, and later examples of new labels
+        are not reduced to ``<unk>``.
+        """
+        new = sorted({w for t in texts for w in tokenize(t, self.cfg.lower)} - self.vocab.index.keys())
+        if not new:
+            return 0
+        found, dim = glove_lookup(new, self.cfg.embeddings)
+        words = [w for w in new if w in found]
+        old = self.embedding.weight.detach()
+        if not words or dim != old.shape[1]:
+            return 0
+        rows = torch.as_tensor(np.stack([found[w] for w in words]), dtype=old.dtype, device=old.device)
+        self.embedding = nn.Embedding.from_pretrained(torch.cat([old, rows]), freeze=True, padding_idx=0)
+        self.vocab = Vocabulary(self.vocab.tokens + words)
+        return len(words)
 
     def config(self) -> dict:
         return {"kind": "glove-sru", "vectors_shape": list(self.embedding.weight.shape), **asdict(self.cfg)}
