@@ -3,14 +3,17 @@
     python -m bench.frechet
 
 150 classes x 20 points x 128 dims, points ``project(randn * scale)``, float64, CPU. For each
-scale: median (and min) wall time of ``lorentz.frechet_mean`` (default tol 1e-10) and of
-``lorentz.paper_mean`` (step 0.01, 100 iterations, from p̃), the largest Riemannian gradient norm
+scale: median (and min) wall time of ``lorentz.frechet_mean`` (default tol 1e-10) with its compiled
+CPU solver (numba, the default) and with its batched PyTorch solver (``USE_COMPILED = False``, the
+path on GPUs), and of ``lorentz.paper_mean`` (step 0.01, 100 iterations, from p̃), the largest
+Riemannian gradient norm
 ``|grad F|`` (``F = mean_i d(p, x_i)²``) over the classes at each result, and the largest hyperbolic
 distance from each result to the "true" mean (``frechet_mean`` with ``tol=1e-14``).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -20,6 +23,10 @@ from dyntc.geometry import lorentz
 
 CLASSES, POINTS, DIM = 150, 20, 128
 SCALES = (0.1, 1.0, 3.0, 10.0)
+
+
+def load() -> str:
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def grad_norm(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -42,23 +49,39 @@ def timed(fn, repeats: int) -> tuple[float, float, torch.Tensor]:
 def main() -> None:
     torch.manual_seed(0)
     print(f"Frechet mean benchmark: {CLASSES} classes x {POINTS} points x {DIM} dims, float64, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load()}")
     for scale in SCALES:
         x = lorentz.project(torch.randn(CLASSES, POINTS, DIM, dtype=torch.float64) * scale)
         true, true_info = lorentz.frechet_mean(x, tol=1e-14, max_iter=50, return_info=True)
-        t_ours, min_ours, (ours, info) = timed(lambda: lorentz.frechet_mean(x, return_info=True), 9)
+        t_ours, min_ours, (ours, info) = timed(lambda: lorentz.frechet_mean(x, return_info=True), 21)
+        lorentz.USE_COMPILED = False
+        t_torch, min_torch, (ours_torch, info_torch) = timed(lambda: lorentz.frechet_mean(x, return_info=True), 9)
+        lorentz.USE_COMPILED = None
         t_paper, min_paper, paper = timed(lambda: lorentz.paper_mean(x, lr=0.01, iters=100), 3)
         spread = lorentz.distance(true.unsqueeze(-2), x).mean().item()
         print(f"scale {scale:g}: mean distance of points to their class mean {spread:.2f}")
-        print(f"  frechet_mean : {t_ours * 1e3:8.2f} ms (min {min_ours * 1e3:7.2f})  iterations {info['iterations']:3d}  "
+        print(f"  frechet_mean  : {t_ours * 1e3:8.2f} ms (min {min_ours * 1e3:7.2f})  iterations {info['iterations']:3d}  "
               f"max |grad F| {grad_norm(ours, x).max().item():.2e}  "
               f"max dist to true mean {lorentz.distance(ours, true).max().item():.2e}")
-        print(f"  paper_mean   : {t_paper * 1e3:8.2f} ms (min {min_paper * 1e3:7.2f})  iterations 100  "
+        print(f"  PyTorch solver: {t_torch * 1e3:7.2f} ms (min {min_torch * 1e3:7.2f})  iterations {info_torch['iterations']:3d}  "
+              f"max |grad F| {grad_norm(ours_torch, x).max().item():.2e}  "
+              f"max dist to true mean {lorentz.distance(ours_torch, true).max().item():.2e}")
+        print(f"  paper_mean    : {t_paper * 1e3:8.2f} ms (min {min_paper * 1e3:7.2f})  iterations 100  "
               f"max |grad F| {grad_norm(paper, x).max().item():.2e}  "
               f"max dist to true mean {lorentz.distance(paper, true).max().item():.2e}")
-        print(f"  time ratio paper/ours: {t_paper / t_ours:.1f}x (median), {min_paper / min_ours:.1f}x (min)  "
+        print(f"  time ratios (median): paper / ours {t_paper / t_ours:.1f}x, PyTorch solver / compiled {t_torch / t_ours:.1f}x  "
               f"(true mean: {true_info['iterations']} iterations, max |grad F| "
               f"{true_info['grad_norm'].max().item():.1e})")
+
+    # the size a training episode needs (N_C classes x N_S = 4 support points, float32 embeddings)
+    for classes in (10, 50):
+        x = lorentz.project(torch.randn(classes, 4, DIM) * 0.5)
+        t_fast, _, _ = timed(lambda: lorentz.frechet_mean(x, max_iter=5), 51)
+        lorentz.USE_COMPILED = False
+        t_torch, _, _ = timed(lambda: lorentz.frechet_mean(x, max_iter=5), 21)
+        lorentz.USE_COMPILED = None
+        print(f"episode-sized {classes} classes x 4 points x {DIM} dims, float32 in, max_iter=5 (training): "
+              f"compiled {t_fast * 1e3:.2f} ms, PyTorch solver {t_torch * 1e3:.2f} ms ({t_torch / t_fast:.1f}x)")
 
 
 if __name__ == "__main__":

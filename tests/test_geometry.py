@@ -236,8 +236,15 @@ def test_sq_distance_gradient_at_coincident_points(dtype):
     torch.testing.assert_close(gb[2], 2 * torch.acosh(b[2]).detach() / (b[2].detach() ** 2 - 1).sqrt())
 
 
+@pytest.fixture(params=["compiled", "torch"])
+def solver(request, monkeypatch):
+    """Run a Fréchet-mean test with the numba solver (the CPU default) and with the batched PyTorch one."""
+    monkeypatch.setattr(lorentz, "USE_COMPILED", request.param == "compiled")
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_frechet_mean_no_nan_far_and_identical(dtype):
+def test_frechet_mean_no_nan_far_and_identical(dtype, solver):
     d = torch.zeros(4, 6, 3, dtype=dtype)
     d[0, :3, 0], d[0, 3:, 0] = math.sinh(15.0), -math.sinh(15.0)  # two clusters 30 apart
     d[1, 0, 1] = math.sinh(30.0)  # one point at distance 30, five at the origin
@@ -282,7 +289,7 @@ def test_gradcheck_exp_log_maps():
     assert torch.autograd.gradcheck(lorentz.distance, (x, y))
 
 
-def test_gradcheck_frechet_mean_differentiable():
+def test_gradcheck_frechet_mean_differentiable(solver):
     h = torch.randn(2, 5, 3, dtype=F64).mul(1.5).requires_grad_()
     w = torch.tensor([[1.0, 2.0, 0.5, 1.0, 3.0], [1.0, 1.0, 1.0, 1.0, 1.0]], dtype=F64, requires_grad=True)
     fn = lambda a, b: lorentz.frechet_mean(lorentz.project(a), b, differentiable=True)  # noqa: E731
@@ -307,7 +314,7 @@ def spread_batch():
     return lorentz.project(torch.randn(6, 20, 16, generator=g, dtype=F64) * scales)
 
 
-def test_frechet_mean_gradient_norm_batched():
+def test_frechet_mean_gradient_norm_batched(solver):
     x = spread_batch()
     m, info = lorentz.frechet_mean(x, return_info=True)
     assert m.shape == (6, 17)
@@ -324,7 +331,7 @@ def test_frechet_mean_gradient_norm_batched():
     torch.testing.assert_close(lorentz.frechet_mean(x[3]), m[3])
 
 
-def test_unit_step_karcher_flow_diverges_where_frechet_mean_converges():
+def test_unit_step_karcher_flow_diverges_where_frechet_mean_converges(solver):
     g = torch.Generator().manual_seed(13)
     x = lorentz.project(torch.randn(20, 8, generator=g, dtype=F64) * 3.0)  # ~3 from the mean
     p = lorentz.normalized_euclidean_mean(x)
@@ -338,7 +345,7 @@ def test_unit_step_karcher_flow_diverges_where_frechet_mean_converges():
     assert objective(m, x) < F0 and riemannian_grad_norm(m, x) < 1e-6
 
 
-def test_frechet_mean_zero_weights_equal_subset_and_batching():
+def test_frechet_mean_zero_weights_equal_subset_and_batching(solver):
     x = spread_batch()[:4, :10]
     w = torch.ones(4, 10, dtype=F64)
     w[0, 6:] = 0
@@ -374,6 +381,32 @@ def test_frechet_mean_bad_weights():
         lorentz.frechet_mean(x, torch.ones(2, 5))
 
 
-def test_paper_mean_matches_for_tight_sets():
+def test_paper_mean_matches_for_tight_sets(solver):
     x = rand_points(5, 20, 8, scale=0.3, seed=14)
     torch.testing.assert_close(lorentz.paper_mean(x), lorentz.frechet_mean(x), rtol=1e-8, atol=1e-8)
+
+
+def test_compiled_solver_is_the_cpu_default_and_matches_the_torch_solver(monkeypatch):
+    x = spread_batch()
+    w = torch.rand(6, 20, dtype=F64, generator=torch.Generator().manual_seed(15))
+    w[:, 15:] = 0  # padded points
+    monkeypatch.setattr(lorentz, "USE_COMPILED", None)
+    monkeypatch.delenv("DYNTC_FRECHET_FAST", raising=False)
+    calls = []
+    monkeypatch.setattr(lorentz, "_solve", lambda *a: calls.append(1) or pytest.fail("PyTorch solver used on CPU"))
+    m_fast, info_fast = lorentz.frechet_mean(x, w, return_info=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(lorentz, "USE_COMPILED", False)
+    m_torch, info_torch = lorentz.frechet_mean(x, w, return_info=True)
+    assert lorentz.distance(m_fast, m_torch).max() < 1e-10
+    assert info_fast["iterations"] == info_torch["iterations"]
+    assert info_fast["converged"].all() and info_torch["converged"].all()
+    torch.testing.assert_close(info_fast["grad_norm"], info_torch["grad_norm"], rtol=0, atol=1e-10)
+    monkeypatch.setenv("DYNTC_FRECHET_FAST", "0")
+    monkeypatch.setattr(lorentz, "USE_COMPILED", None)
+    assert not lorentz._use_compiled_solver(x)
+    # max_iter=0 returns p̃ from both
+    p0 = lorentz.normalized_euclidean_mean(x, w)
+    for flag in (True, False):
+        monkeypatch.setattr(lorentz, "USE_COMPILED", flag)
+        torch.testing.assert_close(lorentz.frechet_mean(x, w, max_iter=0), p0, rtol=1e-12, atol=1e-12)

@@ -13,7 +13,7 @@ backwards in time.
 Each row (b, d) is an independent recurrence, sequential in t and elementwise over the hidden
 units. The kernels loop over time outermost and over a block of rows inside, so that every step
 streams through a contiguous slab of ``U[t]`` while the rows' states stay in cache; blocks of rows
-run on ``torch.get_num_threads()`` Python threads (the kernels release the GIL). The innermost loop
+run on ``torch.get_num_threads()`` Python threads (``dyntc._threads``; the kernels release the GIL). The innermost loop
 over hidden units vectorises (checked with LLVM remarks) without fast-math: the float32 sigmoid is
 an inlined, branch-free Cephes-style ``expf`` (about 1 ulp) with explicit FMAs; float64 uses
 ``np.exp``. The training forward saves c_t, f_t, r_t; the backward reuses them (no exp), flushes
@@ -26,13 +26,14 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic, overload
+
+from dyntc._threads import run_blocks
 
 # Backward-pass results smaller than this in magnitude are set to 0. Gradients flowing back through
 # many forget gates decay geometrically and would otherwise underflow into float32 denormals, which
@@ -328,36 +329,6 @@ def sru_forward_train_uni(b0, b1, U, x, k4, scale, wc, bias, c0, mc, pad, h, c_l
     c_last[b0:b1] = c0[b0:b1] if L == 0 else c_all[L - 1, b0:b1]
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_key: tuple[int, int] = (0, 0)  # (pid, workers): a forked child must not reuse the parent's pool
-_pool_lock = threading.Lock()
-
-
-def _run(kernel, rows: int, *args) -> None:
-    """Run `kernel(n0, n1, *args)` over rows [0, rows), split across torch.get_num_threads()
-    threads (the kernels release the GIL; rows are independent)."""
-    global _pool, _pool_key
-    nthreads = max(1, min(torch.get_num_threads(), rows // 8))
-    if nthreads == 1:
-        kernel(0, rows, *args)
-        return
-    key = (os.getpid(), nthreads - 1)
-    with _pool_lock:
-        if _pool is None or _pool_key != key:
-            if _pool is not None and _pool_key[0] == key[0]:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=nthreads - 1, thread_name_prefix="dyntc-sru")
-            _pool_key = key
-        pool = _pool
-    bounds = [rows * i // nthreads for i in range(nthreads + 1)]
-    futures = [pool.submit(kernel, bounds[i], bounds[i + 1], *args) for i in range(1, nthreads)]
-    try:
-        kernel(bounds[0], bounds[1], *args)  # this thread takes the first block
-    finally:
-        for fut in futures:
-            fut.result()
-
-
 class _BufferPool:
     """Reuses the large work buffers (U, h, c/f/r, gradients) between calls.
 
@@ -475,12 +446,12 @@ def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train:
     sq = _squeeze_d if uni else _np
     args = (sq(U), sq(x), k4, sc, sq(wc), sq(bs), sq(c0), sq(mc), _np(pad), sq(h), sq(c_last))
     if not train:
-        _run(sru_forward_infer_uni if uni else sru_forward_infer, B * D, *args)
+        run_blocks(sru_forward_infer_uni if uni else sru_forward_infer, B * D, *args)
         return h, c_last, None
     c_all = pool.empty((L, B, D, H), dtype)
     f_all = pool.empty((L, B, D, H), dtype)
     r_all = pool.empty((L, B, D, H), dtype)
-    _run(sru_forward_train_uni if uni else sru_forward_train, B * D, *args, sq(c_all), sq(f_all), sq(r_all))
+    run_blocks(sru_forward_train_uni if uni else sru_forward_train, B * D, *args, sq(c_all), sq(f_all), sq(r_all))
     return h, c_last, (U, x, wc, c0, mc, pad, c_all, f_all, r_all, torch.tensor(scale, dtype=torch.float64))
 
 
@@ -498,7 +469,7 @@ def recurrence_backward(saved, gh, gc_last):
     gc0 = torch.empty((B, D, H), dtype=dtype)
     gparam = np.empty((B, 4, D, H), np.float64)
     sc, one, tiny = _scalars(dtype, float(scale))
-    _run(
+    run_blocks(
         sru_backward, B * D, _np(U), _np(x), k4, sc, _np(wc), _np(c0), _np(mc), _np(pad), _np(c_all),
         _np(f_all), _np(r_all), _np(gh), _np(gc_last), one, tiny, gU.numpy(), gx.numpy(), gc0.numpy(), gparam,
     )  # fmt: skip

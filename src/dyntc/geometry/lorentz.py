@@ -29,7 +29,10 @@ All functions broadcast over leading dimensions. Points are ``(..., d+1)``.
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
+import warnings
 
 import torch
 
@@ -385,6 +388,42 @@ def _solve(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
     return st, G, iterations, stalled
 
 
+#: Switch for the compiled (numba) CPU solver of :func:`frechet_mean`: ``None`` = follow
+#: ``$DYNTC_FRECHET_FAST`` (default on), ``True`` / ``False`` = force.
+USE_COMPILED: bool | None = None
+_compiled_error: str | None = None  # why the numba solver could not be loaded, once tried
+
+
+def _use_compiled_solver(x: torch.Tensor) -> bool:
+    """The numba solver for CPU tensors when enabled and importable (else the batched PyTorch one,
+    with a warning naming the reason if numba fails to load)."""
+    global _compiled_error
+    enabled = USE_COMPILED
+    if enabled is None:
+        enabled = os.environ.get("DYNTC_FRECHET_FAST", "1").strip().lower() not in ("0", "false", "no", "off")
+    if not enabled or x.device.type != "cpu":
+        return False
+    if _compiled_error is None:
+        try:
+            importlib.import_module("dyntc.geometry._lorentz_kernels")
+            return True
+        except Exception as exc:  # ImportError, or numba failing to initialise
+            _compiled_error = f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"dyntc frechet_mean: using the PyTorch solver because numba is unavailable "
+                          f"({_compiled_error})", RuntimeWarning, stacklevel=3)  # fmt: skip
+    return False
+
+
+def _solve_compiled(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
+    """:func:`_solve` by the numba kernel (same iteration, set by set); same return values."""
+    from dyntc.geometry import _lorentz_kernels
+
+    out = _lorentz_kernels.solve(x.contiguous().numpy(), w.contiguous().numpy(), max_iter, tol)
+    st = {k: torch.from_numpy(out[k]) for k in ("p", "b", "g", "sq", "r", "F", "gnorm")}
+    iterations = int(out["iters"].max()) if len(out["iters"]) else 0
+    return st, torch.from_numpy(out["G"]), iterations, torch.from_numpy(out["stalled"])
+
+
 def frechet_mean(
     points: torch.Tensor,
     weights: torch.Tensor | None = None,
@@ -450,7 +489,8 @@ def frechet_mean(
         if weights is not None:  # padded points may be anything: keep them out of the arithmetic
             p0 = normalized_euclidean_mean(xd, wd)
             xd = torch.where((wd > 0).unsqueeze(-1), xd, p0.unsqueeze(-2))
-        st, G, iterations, stalled = _solve(xd, wd, max_iter, tol)
+        solver = _solve_compiled if _use_compiled_solver(xd) else _solve
+        st, G, iterations, stalled = solver(xd, wd, max_iter, tol)
         p = st["p"]
     if differentiable and torch.is_grad_enabled():
         # one Newton step from the detached optimum: the gradient of r (with autograd) through a
