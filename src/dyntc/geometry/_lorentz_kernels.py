@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from dyntc.geometry import lorentz as _lz
-from dyntc._threads import run_blocks
+from dyntc._compiled import run_blocks
 
 _T_SERIES = _lz._T_SERIES
 _Q_SERIES = _lz._Q_SERIES

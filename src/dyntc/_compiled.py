@@ -1,8 +1,9 @@
-"""Running a GIL-releasing compiled kernel over independent rows on several threads.
+"""What dyntc's numba kernels (SRU recurrence, Fréchet-mean solver) share.
 
-Used by the numba kernels (SRU recurrence, Fréchet-mean solver): each takes ``(row0, row1, *args)``
-and processes rows ``row0 <= row < row1``; rows are split into ``torch.get_num_threads()``
-contiguous blocks so that the kernels follow the thread count the user gave PyTorch.
+* :func:`run_blocks`: run a GIL-releasing kernel ``kernel(row0, row1, *args)`` over independent
+  rows on ``torch.get_num_threads()`` threads, so the kernels follow the thread count the user gave
+  PyTorch.
+* :func:`wide_vectors`: ask LLVM for 512-bit vectors in the calling jitted function.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from numba import types
+from numba.extending import intrinsic
 
 _pool: ThreadPoolExecutor | None = None
 _pool_key: tuple[int, int] = (0, 0)  # (pid, workers): a forked child must not reuse the parent's pool
@@ -42,3 +45,21 @@ def run_blocks(kernel, rows: int, *args, min_rows_per_thread: int = 8) -> None:
     finally:
         for fut in futures:
             fut.result()
+
+
+@intrinsic
+def wide_vectors(typingctx):
+    """Mark the calling jitted function with LLVM's ``"prefer-vector-width"="512"``.
+
+    LLVM tunes Skylake-X and later Intel cores to vectorise with 256-bit registers even where
+    AVX-512 is available (the clang default ``-mprefer-vector-width=256``); for these kernels
+    512-bit vectors measured 2.1x faster (forward) on the CI machine's Xeon. On CPUs without
+    AVX-512 the attribute has no effect. Call it first thing in each function with a hot loop
+    (the attribute is per LLVM function; functions inlined by numba take their caller's)."""
+
+    def codegen(context, builder, signature, args):
+        # llvmlite's FunctionAttributes validates enum attributes only; this is a string attribute
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return types.none(), codegen
