@@ -13,20 +13,16 @@ distance from each result to the "true" mean (``frechet_mean`` with ``tol=1e-14`
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 
+from bench._machine import load_average
 from dyntc.geometry import lorentz
 
 CLASSES, POINTS, DIM = 150, 20, 128
 SCALES = (0.1, 1.0, 3.0, 10.0)
-
-
-def load() -> str:
-    return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def grad_norm(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -49,7 +45,7 @@ def timed(fn, repeats: int) -> tuple[float, float, torch.Tensor]:
 def main() -> None:
     torch.manual_seed(0)
     print(f"Frechet mean benchmark: {CLASSES} classes x {POINTS} points x {DIM} dims, float64, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load()}")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load_average()}")
     for scale in SCALES:
         x = lorentz.project(torch.randn(CLASSES, POINTS, DIM, dtype=torch.float64) * scale)
         true, true_info = lorentz.frechet_mean(x, tol=1e-14, max_iter=50, return_info=True)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,25 +37,9 @@ import warnings
 import torch
 from torch import nn
 
+from bench._machine import cpu_model, load_average
+
 INPUT, HIDDEN, LAYERS, DROPOUT = 50, 128, 4, 0.5
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load() -> str:
-    try:
-        return " ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def timeit(fn, reps: int, budget_s: float) -> float:
@@ -164,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; torch {torch.__version__}, "
           f"torch.get_num_threads() = {torch.get_num_threads()}; numba {numba.__version__}")
     print(f"model: {LAYERS} layers x {HIDDEN} hidden, input {INPUT}, dropout {DROPOUT}, float32; "
-          f"load average before: {load()}")
+          f"load average before: {load_average()}")
     if sru_error:
         print(f"sru 2.6.0 unavailable: {sru_error}")
     if not args.no_compile_timing:
@@ -221,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {name:<13} {last[name] * 1e3:10.1f} ms")
     if len(last) == 2:
         print(f"  ratio sru 2.6.0 / dyntc fast: {last['sru 2.6.0'] / last['dyntc fast']:.2f}x")
-    print(f"\nload average after: {load()} (on a shared machine the absolute numbers are noisy)")
+    print(f"\nload average after: {load_average()} (on a shared machine the absolute numbers are noisy)")
 
 
 class _Reference(nn.Module):

@@ -39,13 +39,13 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import platform
 import statistics
 import time
 
 import numpy as np
 import torch
 
+from bench._machine import cpu_model, load_average
 from dyntc.data.datasets import load
 from dyntc.encoders import create_encoder
 from dyntc.encoders import sru as sru_module
@@ -53,24 +53,6 @@ from dyntc.geometry import lorentz
 from dyntc.models import PrototypicalNetwork, build_model
 from dyntc.protocol import get_profile
 from dyntc.training import Encoded, TrainConfig, embed, train_prototypical, train_supervised
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 def train_config(hp: dict, steps: int, seed: int) -> TrainConfig:

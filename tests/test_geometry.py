@@ -405,8 +405,36 @@ def test_compiled_solver_is_the_cpu_default_and_matches_the_torch_solver(monkeyp
     monkeypatch.setenv("DYNTC_FRECHET_FAST", "0")
     monkeypatch.setattr(lorentz, "USE_COMPILED", None)
     assert not lorentz._use_compiled_solver(x)
+    # large sets (an n x n Newton system each) go to the PyTorch solver, whose Cholesky is LAPACK's
+    monkeypatch.setattr(lorentz, "USE_COMPILED", True)
+    big = lorentz.project(torch.randn(2, lorentz.COMPILED_MAX_POINTS + 1, 4, dtype=F64))
+    assert lorentz._use_compiled_solver(x) and not lorentz._use_compiled_solver(big)
     # max_iter=0 returns p̃ from both
     p0 = lorentz.normalized_euclidean_mean(x, w)
     for flag in (True, False):
         monkeypatch.setattr(lorentz, "USE_COMPILED", flag)
         torch.testing.assert_close(lorentz.frechet_mean(x, w, max_iter=0), p0, rtol=1e-12, atol=1e-12)
+
+
+def test_newton_direction_solves_the_hessian_system_in_both_forms():
+    """v = H⁻¹ r, checked against an explicit Hessian-vector product, for n <= d+1 (Woodbury, n x n)
+    and n > d+1 (tangent-space form, (d+1) x (d+1)); and large sets still converge."""
+    for n, d in ((5, 8), (40, 8)):
+        x = rand_points(3, n, d, scale=1.5, seed=16)
+        w = torch.rand(3, n, dtype=F64, generator=torch.Generator().manual_seed(17))
+        w = w / w.sum(-1, keepdim=True)
+        p = lorentz.normalized_euclidean_mean(x, w)
+        st = lorentz._evaluate(p, x, w)
+        G = x @ lorentz._flip(x).mT
+        v, slope = lorentz._newton_direction(st, x, G, w)
+        torch.testing.assert_close(lorentz.inner(p, v), torch.zeros(3, dtype=F64), rtol=0, atol=1e-12)  # tangent
+        l = st["g"].unsqueeze(-1) * (x - st["b"].unsqueeze(-1) * p.unsqueeze(-2))  # log_p(x_i)
+        kappa = lorentz._kappa(st["sq"])
+        a = (w * (1.0 + st["sq"] * kappa)).sum(-1, keepdim=True)
+        l_dot_v = -(l * lorentz._flip(v).unsqueeze(-2)).sum(-1)  # <l_i, v> = -B(l_i, v)
+        Hv = a * v - ((w * kappa * l_dot_v).unsqueeze(-1) * l).sum(-2)
+        torch.testing.assert_close(Hv, st["r"], rtol=1e-10, atol=1e-12)
+        assert (slope < 0).all()
+    x = rand_points(2, 300, 6, scale=2.0, seed=18)  # beyond COMPILED_MAX_POINTS: PyTorch solver
+    m, info = lorentz.frechet_mean(x, return_info=True)
+    assert info["converged"].all() and (riemannian_grad_norm(m, x) < 1e-8).all()

@@ -315,7 +315,7 @@ def _evaluate(p: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> dict[str, to
 
 
 def _newton_direction(
-    st: dict[str, torch.Tensor], x: torch.Tensor, G: torch.Tensor, w: torch.Tensor, r: torch.Tensor | None = None
+    st: dict[str, torch.Tensor], x: torch.Tensor, G: torch.Tensor | None, w: torch.Tensor, r: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Riemannian Newton direction ``v = H⁻¹ r`` for ``F / 2`` at ``st["p"]``, and ``<grad F, v>``.
 
@@ -325,35 +325,59 @@ def _newton_direction(
 
         H = a I - sum_i k_i l_i l_iᵀ,   a = sum_i w_i ζ_i,   k_i = w_i κ_i,
 
-    whose eigenvalues are >= sum_i w_i = 1 (each term's are >= w_i). ``H`` is a multiple of the
-    identity minus a rank-``n`` term, so (Woodbury) ``v = (r + sum_i k_i α_i l_i) / a`` where
-    ``(a I - M K) α = (<l_j, r>)_j``, ``M_ij = <l_i, l_j> = g_i g_j (b_i b_j - B(x_i, x_j))`` from
-    the fixed Lorentz Gram matrix ``G`` of the points. Solved in the symmetric SPD form
-    ``(a I - K^½ M K^½) K^½ α = K^½ (<l_j, r>)`` by Cholesky; a set whose factorisation fails
-    (only for rounding-dominated ``M``, points ~15+ from the origin) falls back to ``v = r / a``,
-    still a descent direction. ``r`` may be given (with autograd) to apply a fixed ``H⁻¹``.
+    whose eigenvalues are >= sum_i w_i = 1 (each term's are >= w_i). Solved in whichever space is
+    smaller, both by Cholesky of an SPD matrix:
+
+    * ``n <= d + 1`` points (Woodbury): ``v = (r + sum_i k_i α_i l_i) / a`` where
+      ``(a I - M K) α = (<l_j, r>)_j``, ``M_ij = <l_i, l_j> = g_i g_j (b_i b_j - B(x_i, x_j))`` from
+      the fixed Lorentz Gram matrix ``G`` of the points; solved in the symmetric form
+      ``(a I - K^½ M K^½) K^½ α = K^½ (<l_j, r>)``.
+    * more points than ambient dimensions (``G`` not needed, may be None): in ambient coordinates
+      ``H u = a u + L K Lᵀ J u`` (``L = [l_i]``, ``J = diag(1, -1, ..)``, ``<u, v> = -uᵀ J v``),
+      which keeps ``T_p`` and ``p`` invariant. ``S = -a J - (J L) K (J L)ᵀ + 2a (J p)(J p)ᵀ`` is
+      symmetric, equals ``-J H`` on ``T_p`` (where ``B(p, ·) = 0``) with ``uᵀ S u = <u, H u> > 0``,
+      and is ``a`` along ``p``: SPD. ``S v = -J r`` gives ``v = H⁻¹ r``, in ``T_p``.
+
+    A set whose factorisation fails (only for rounding-dominated systems, points ~15+ from the
+    origin) falls back to ``v = r / a``, still a descent direction. ``r`` may be given (with
+    autograd) to apply a fixed ``H⁻¹``.
     """
     p, b, g, sq = st["p"], st["b"], st["g"], st["sq"]
     r = st["r"] if r is None else r
-    M = (g.unsqueeze(-1) * g.unsqueeze(-2)) * (b.unsqueeze(-1) * b.unsqueeze(-2) - G)
-    lr = -g * (x @ _flip(r).unsqueeze(-1)).squeeze(-1)  # <l_i, r> = -g_i B(x_i, r), as B(p, r) = 0
+    n, N = x.shape[-2], x.shape[-1]
     kappa = _kappa(sq)
     a = (w * (1.0 + sq * kappa)).sum(-1)
-    kh = (w * kappa).sqrt()
-    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
-    A = a[:, None, None] * eye - kh.unsqueeze(-1) * M * kh.unsqueeze(-2)
-    chol, info = torch.linalg.cholesky_ex(A)
-    beta = torch.cholesky_solve((kh * lr).unsqueeze(-1), chol).squeeze(-1)
-    good = (info == 0) & torch.isfinite(beta).all(-1)
-    beta = torch.where(good.unsqueeze(-1), beta, torch.zeros_like(beta))
-    v = (r + _combine(x, p, kh * beta * g, b)) / a.unsqueeze(-1)
+    k = w * kappa
+    if n <= N:
+        M = (g.unsqueeze(-1) * g.unsqueeze(-2)) * (b.unsqueeze(-1) * b.unsqueeze(-2) - G)
+        lr = -g * (x @ _flip(r).unsqueeze(-1)).squeeze(-1)  # <l_i, r> = -g_i B(x_i, r), as B(p, r) = 0
+        kh = k.sqrt()
+        eye = torch.eye(n, dtype=M.dtype, device=M.device)
+        A = a[:, None, None] * eye - kh.unsqueeze(-1) * M * kh.unsqueeze(-2)
+        chol, info = torch.linalg.cholesky_ex(A)
+        beta = torch.cholesky_solve((kh * lr).unsqueeze(-1), chol).squeeze(-1)
+        good = (info == 0) & torch.isfinite(beta).all(-1)
+        beta = torch.where(good.unsqueeze(-1), beta, torch.zeros_like(beta))
+        v = (r + _combine(x, p, kh * beta * g, b)) / a.unsqueeze(-1)
+    else:
+        JL = _flip(g.unsqueeze(-1) * (x - b.unsqueeze(-1) * p.unsqueeze(-2)))  # rows J l_i, (C, n, N)
+        Jp = _flip(p)
+        J = torch.ones(N, dtype=x.dtype, device=x.device)
+        J[1:] = -1.0
+        S = (JL.mT * k.unsqueeze(-2)) @ JL
+        S = 2.0 * a[:, None, None] * Jp.unsqueeze(-1) * Jp.unsqueeze(-2) - S - torch.diag_embed(a.unsqueeze(-1) * J)
+        chol, info = torch.linalg.cholesky_ex(S)
+        v = torch.cholesky_solve(-_flip(r).unsqueeze(-1), chol).squeeze(-1)
+        good = (info == 0) & torch.isfinite(v).all(-1)
+        v = torch.where(good.unsqueeze(-1), tangent_project(p, v), r / a.unsqueeze(-1))
     return v, 2.0 * inner(r, v)  # <grad F, v> = -2 <r, v> = 2 B(r, v)
 
 
 def _solve(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
     """Damped Riemannian Newton iterations (see :func:`frechet_mean`), without autograd."""
     C = x.shape[0]
-    G = x @ _flip(x).mT  # B(x_i, x_j), fixed
+    # B(x_i, x_j), fixed; only the Woodbury form of the Newton step needs it
+    G = x @ _flip(x).mT if x.shape[-2] <= x.shape[-1] else None
     st = _evaluate(normalized_euclidean_mean(x, w), x, w)
     active = st["gnorm"] >= tol
     stalled = torch.zeros_like(active)
@@ -394,14 +418,21 @@ USE_COMPILED: bool | None = None
 _compiled_error: str | None = None  # why the numba solver could not be loaded, once tried
 
 
+#: Sets larger than this go to the PyTorch solver even on CPU: the kernel's Newton system is n x n
+#: per set (plain loops), the PyTorch solver's at most (d+1) x (d+1) (measured: 10 sets x 128 points
+#: x 129 dims 13 ms compiled vs 21 ms PyTorch; x 256 points 83 ms vs 16 ms).
+COMPILED_MAX_POINTS = 128
+
+
 def _use_compiled_solver(x: torch.Tensor) -> bool:
-    """The numba solver for CPU tensors when enabled and importable (else the batched PyTorch one,
-    with a warning naming the reason if numba fails to load)."""
+    """The numba solver for CPU tensors of sets of at most COMPILED_MAX_POINTS points when enabled
+    and importable (else the batched PyTorch one, with a warning naming the reason if numba fails
+    to load)."""
     global _compiled_error
     enabled = USE_COMPILED
     if enabled is None:
         enabled = os.environ.get("DYNTC_FRECHET_FAST", "1").strip().lower() not in ("0", "false", "no", "off")
-    if not enabled or x.device.type != "cpu":
+    if not enabled or x.device.type != "cpu" or x.shape[-2] > COMPILED_MAX_POINTS:
         return False
     if _compiled_error is None:
         try:
@@ -436,8 +467,10 @@ def frechet_mean(
     r"""Fréchet (Karcher) mean: ``argmin_{p in H} F(p)``, ``F(p) = sum_i ŵ_i d(p, x_i)²``.
 
     points ``(..., n, d+1)`` on the hyperboloid -> ``(..., d+1)``; every leading index is an
-    independent set (e.g. ``(150 classes, 20 support points, 129)``), all solved together with
-    batched tensor ops (the only Python loops are over iterations and step halvings).
+    independent set (e.g. ``(150 classes, 20 support points, 129)``). On CPU the solver runs as a
+    numba kernel, set by set (``_lorentz_kernels``; ~4 ms for 150 x 20 x 129); elsewhere, or with
+    ``USE_COMPILED = False`` / ``$DYNTC_FRECHET_FAST=0``, all sets are solved together with batched
+    tensor ops (Python loops only over iterations and step halvings). Both run the same iteration.
     ``weights (..., n)``: non-negative, not all zero per set, normalised to ``ŵ = w / sum w``;
     zero weights mask padded points, so sets of different sizes can be batched.
 
@@ -449,7 +482,7 @@ def frechet_mean(
       ``sum_i ŵ_i (ζ_i I - (ζ_i - 1) u_i u_iᵀ)``, ``ζ = d coth d``, ``u_i`` the unit vector towards
       ``x_i``. ``H ⪰ I`` (``F`` is 2-strongly geodesically convex on a Hadamard manifold), so ``v``
       is a descent direction: ``<grad F, v> = -2 <r, H⁻¹ r> < 0``. Solved via Woodbury in an
-      ``n × n`` system per set.
+      ``n × n`` system per set, or in ambient coordinates when ``n > d + 1``.
     * Step: backtracking along the geodesic ``γ(s) = exp_p(s v)`` from ``s = 1`` (halving, per
       set), with ``φ(s) = F(γ(s))``. A step is accepted if (a) the Armijo condition
       ``φ(s) <= φ(0) + 1e-4 s φ'(0)`` holds, or (b) ``φ'(s) <= s |v|² / 2``, where
