@@ -159,12 +159,13 @@ def _fwd_row_train(u0, u1, u2, xr, scale, vf, vr, bf, br, m, cprev, hrow, crow, 
 
 
 @njit(**_JIT)
-def _bwd_row(t, tp, b, d, n, U, x, k4, scale, wc, c0, mc, c_all, f_all, r_all, gh, gc, gU, gx, acc, one, tiny):  # pragma: no cover
+def _bwd_row(t, b, d, n, cprev, xr, gxr, U, scale, wc, mc, c_all, f_all, r_all, gh, gc, gU, acc, one, tiny):  # pragma: no cover
     """One step t backwards of row (b, d) (the kernel's n-th row): from dL/dh_t and the carried
-    dL/dc_t (``gc[n]``) to the gradients of U_t, the highway input and c_{t-1}; adds the parameter
-    gradients' terms to ``acc[n]`` (4, H): v_f, v_r, b_f, b_r. ``tp`` is the previous step in
-    forward order, < 0 at the first (c_{t-1} = c0). It indexes the full arrays rather than taking
-    row views: a view per array per call cost ~0.7 us a row, 40% of the kernel (measured)."""
+    dL/dc_t (``gc[n]``) to the gradients of U_t, the highway input (``gxr``) and c_{t-1}; adds the
+    parameter gradients' terms to ``acc[n]`` (4, H): v_f, v_r, b_f, b_r. ``cprev`` (c_{t-1}), ``xr``
+    (the highway input) and ``gxr`` are row views chosen by the caller; the other arrays are indexed
+    whole, because a view per array per call cost ~17% of the kernel (measured, 144 x 32 x 128).
+    At ~7 ns per element on one core it streams ~50 bytes per element: memory-bound, not compute."""
     wide_vectors()
     zero = one - one
     for j in range(gc.shape[1]):
@@ -172,28 +173,24 @@ def _bwd_row(t, tp, b, d, n, U, x, k4, scale, wc, c0, mc, c_all, f_all, r_all, g
         rj = r_all[t, b, d, j]
         fj = f_all[t, b, d, j]
         mj = mc[b, d, j]
-        cp = c0[b, d, j] if tp < 0 else c_all[tp, b, d, j]
-        xv = (U[t, b, d, 3, j] if k4 else x[t, b, d, j]) * scale
-        gct = gc[n, j] + ghj * mj * rj
-        grp = ghj * (c_all[t, b, d, j] - xv) * mj * (rj * (one - rj))
+        cp = cprev[j]
+        xv = xr[j] * scale
+        gct = gc[n, j] + ghj * mj * rj  # dL/dc_t
+        grp = ghj * (c_all[t, b, d, j] - xv) * mj * (rj * (one - rj))  # dL/d(reset pre-activation)
         grp = grp if abs(grp) >= tiny else zero
-        gxv = ghj * (one - mj * rj) * scale
-        gxv = gxv if abs(gxv) >= tiny else zero
-        gfp = gct * (cp - U[t, b, d, 0, j]) * (fj * (one - fj))
+        gxv = ghj * (one - mj * rj) * scale  # dL/dx (highway)
+        gxr[j] = gxv if abs(gxv) >= tiny else zero
+        gfp = gct * (cp - U[t, b, d, 0, j]) * (fj * (one - fj))  # dL/d(forget pre-activation)
         gfp = gfp if abs(gfp) >= tiny else zero
         g0 = gct * (one - fj)
         gU[t, b, d, 0, j] = g0 if abs(g0) >= tiny else zero
         gU[t, b, d, 1, j] = gfp
         gU[t, b, d, 2, j] = grp
-        if k4:
-            gU[t, b, d, 3, j] = gxv
-        else:
-            gx[t, b, d, j] = gxv
         acc[n, 0, j] += gfp * cp
         acc[n, 1, j] += grp * cp
         acc[n, 2, j] += gfp
         acc[n, 3, j] += grp
-        gcn = gct * fj + gfp * wc[0, d, j] + grp * wc[1, d, j]
+        gcn = gct * fj + gfp * wc[0, d, j] + grp * wc[1, d, j]  # dL/dc_{t-1}
         gc[n, j] = gcn if abs(gcn) >= tiny else zero
 
 
@@ -270,8 +267,10 @@ def sru_backward(n0, n1, U, x, k4, scale, wc, c0, mc, pad, c_all, f_all, r_all, 
                 gU[t, b, d, :, :] = 0
                 gxr[:] = 0
             else:
-                _bwd_row(t, -1 if s == L - 1 else tp, b, d, n - n0, U, x, k4, scale, wc, c0, mc, c_all, f_all, r_all,
-                         gh, gc, gU, gx, acc_short, one, tiny)  # fmt: skip
+                cprev = c0[b, d] if s == L - 1 else c_all[tp, b, d]
+                xr = U[t, b, d, 3] if k4 else x[t, b, d]
+                _bwd_row(t, b, d, n - n0, cprev, xr, gxr, U, scale, wc, mc, c_all, f_all, r_all, gh, gc, gU, acc_short,
+                         one, tiny)  # fmt: skip
         if s % 16 == 15 or s == L - 1:
             acc += acc_short
             acc_short[:] = 0
