@@ -52,7 +52,7 @@ from dyntc.encoders import sru as sru_module
 from dyntc.geometry import lorentz
 from dyntc.models import PrototypicalNetwork, build_model
 from dyntc.protocol import get_profile
-from dyntc.training import Encoded, TrainConfig, embed, train_prototypical, train_supervised
+from dyntc.training import Encoded, TrainConfig, embed_points, train_prototypical, train_supervised
 
 
 def train_config(hp: dict, steps: int, seed: int) -> TrainConfig:
@@ -93,8 +93,8 @@ def time_prediction(model: PrototypicalNetwork, support: Encoded, test_texts: li
     model.eval()  # eval-mode Fréchet mean (more iterations) and no dropout, as at prediction time
     encoder = model.encoder
 
-    def points(items):  # model.embed, batched by the library's embed()
-        return model.to_metric_space(embed(encoder, encoder, items))
+    def points(items):
+        return embed_points(model, items)
 
     points(encoder.featurize(test_texts[:8]))  # warm-up: the inference kernels' first call is not timed
     t0 = time.perf_counter()

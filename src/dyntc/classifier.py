@@ -56,17 +56,6 @@ class _Support:
     points: torch.Tensor  # (n, dim)
 
 
-class _Embed(nn.Module):
-    """``model.embed`` as a module, so that :func:`dyntc.training.embed` can batch it."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, **batch):
-        return self.model.embed(**batch)
-
-
 def _check_name(name: Any, arg: str = "name") -> str:
     if not isinstance(name, str):
         raise DyntcError(f"{arg} must be a label name (str), got {type(name).__name__}")
@@ -418,14 +407,14 @@ class DynamicClassifier:
 
     def _embed(self, texts: Sequence[str]) -> torch.Tensor:
         """Points of `texts` in the metric space, ``(n, dim)`` float32 on the CPU, no gradient."""
-        from dyntc.training import embed
+        from dyntc.training import embed_points
 
         model = self._model_on_device()
         if not texts:
             return torch.zeros(0, self._dim())
         items = model.encoder.featurize(texts)
         with torch.inference_mode():
-            return embed(_Embed(model), model.encoder, items, self.batch_size).float().cpu()
+            return embed_points(model, items, self.batch_size).float().cpu()
 
     def _dim(self) -> int:
         return self.model_.encoder.output_dim + (1 if self.model_.metric == "hyperbolic" else 0)

@@ -141,17 +141,21 @@ class _Embedder(nn.Module):
         return getattr(self.model, self.method)(**batch)
 
 
+def embed_points(model: nn.Module, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
+    """``model.embed`` over featurized `items`: points in the model's metric space, batched, eval mode."""
+    return embed(_Embedder(model, "embed"), model.encoder, items, batch_size)
+
+
 def prototypical_predict(
     model: PrototypicalNetwork, support: Encoded, queries: Sequence[Any], batch_size: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Prototypes from `support` (all of its examples), then ``(predicted ids, -d² logits)`` of `queries`."""
-    embedder = _Embedder(model, "embed")
     was_training = model.training
     model.eval()
     try:
-        points = embed(embedder, model.encoder, support.items, batch_size)
+        points = embed_points(model, support.items, batch_size)
         protos = model.prototypes(points, torch.as_tensor(support.labels, device=points.device), len(support.classes))
-        logits = model.logits(embed(embedder, model.encoder, queries, batch_size), protos)
+        logits = model.logits(embed_points(model, queries, batch_size), protos)
     finally:
         model.train(was_training)
     return logits.argmax(1).cpu(), logits.cpu()
