@@ -20,6 +20,9 @@ an inlined, branch-free Cephes-style ``expf`` (about 1 ulp) with explicit FMAs; 
 ``np.exp``. The training forward saves c_t, f_t, r_t; the backward reuses them (no exp), flushes
 gradients below 1e-30 to zero (see FLUSH_BELOW_F32) and accumulates the parameter gradients per
 row (kernel dtype over 16 steps, then float64).
+
+numba's on-disk cache (``cache=True``) is keyed on this file alone: after editing
+``dyntc._compiled``, touch this file so that the kernels are recompiled.
 """
 
 from __future__ import annotations

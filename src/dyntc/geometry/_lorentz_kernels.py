@@ -12,6 +12,10 @@ of dot products differs (they are vectorised: ``reassoc`` on those loops alone),
 with the PyTorch solver to rounding (tested).
 
 Sets run on ``torch.get_num_threads()`` threads (the kernel releases the GIL).
+
+numba's on-disk cache (``cache=True``) is keyed on this file alone and freezes module globals at
+compile time: after editing what it takes from ``lorentz`` (series thresholds and coefficients) or
+``dyntc._compiled``, touch this file so that the kernels are recompiled.
 """
 
 from __future__ import annotations
