@@ -1,4 +1,4 @@
-"""The machine line every benchmark prints: CPU model and load average (timings need both)."""
+"""What every benchmark prints about the machine: CPU model, load average, OpenMP wait policy."""
 
 from __future__ import annotations
 
@@ -22,3 +22,7 @@ def load_average() -> str:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "?"
+
+
+def omp_wait_policy() -> str:
+    return os.environ.get("OMP_WAIT_POLICY", "unset")

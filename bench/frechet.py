@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from bench._machine import load_average
+from bench._machine import load_average, omp_wait_policy
 from dyntc.geometry import lorentz
 
 CLASSES, POINTS, DIM = 150, 20, 128
@@ -45,7 +45,8 @@ def timed(fn, repeats: int) -> tuple[float, float, torch.Tensor]:
 def main() -> None:
     torch.manual_seed(0)
     print(f"Frechet mean benchmark: {CLASSES} classes x {POINTS} points x {DIM} dims, float64, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load_average()}")
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load_average()}, "
+          f"OMP_WAIT_POLICY={omp_wait_policy()}")
     for scale in SCALES:
         x = lorentz.project(torch.randn(CLASSES, POINTS, DIM, dtype=torch.float64) * scale)
         true, true_info = lorentz.frechet_mean(x, tol=1e-14, max_iter=50, return_info=True)

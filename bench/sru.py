@@ -37,7 +37,7 @@ import warnings
 import torch
 from torch import nn
 
-from bench._machine import cpu_model, load_average
+from bench._machine import cpu_model, load_average, omp_wait_policy
 
 INPUT, HIDDEN, LAYERS, DROPOUT = 50, 128, 4, 0.5
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; torch {torch.__version__}, "
           f"torch.get_num_threads() = {torch.get_num_threads()}; numba {numba.__version__}")
     print(f"model: {LAYERS} layers x {HIDDEN} hidden, input {INPUT}, dropout {DROPOUT}, float32; "
-          f"load average before: {load_average()}")
+          f"load average before: {load_average()}; OMP_WAIT_POLICY={omp_wait_policy()}")
     if sru_error:
         print(f"sru 2.6.0 unavailable: {sru_error}")
     if not args.no_compile_timing:

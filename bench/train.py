@@ -45,7 +45,7 @@ import time
 import numpy as np
 import torch
 
-from bench._machine import cpu_model, load_average
+from bench._machine import cpu_model, load_average, omp_wait_policy
 from dyntc.data.datasets import load
 from dyntc.encoders import create_encoder
 from dyntc.encoders import sru as sru_module
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     sru_module.USE_FAST = True  # explicit, so that a DYNTC_SRU_FAST=0 in the environment cannot mislabel rows
     fast_ok, why_not = sru_module.fast_path_status(torch.zeros(1))
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; torch {torch.__version__}, "
-          f"torch.get_num_threads() = {torch.get_num_threads()}; load average before: {load_average()}")
+          f"torch.get_num_threads() = {torch.get_num_threads()}; load average before: {load_average()}; "
+          f"OMP_WAIT_POLICY={omp_wait_policy()}")
     print(f"timed: {args.episodes} episodes/batches per model after {args.warmup} warm-up, {args.ref_episodes} on the "
           f"reference path; prediction over <= {args.predict_texts} test texts" + ("" if fast_ok else
           f"\nWARNING: the SRU fast path is unavailable ({why_not}): 'fast' rows run the reference path"))

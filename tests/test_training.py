@@ -158,3 +158,17 @@ def test_cli_train_end_to_end(tmp_path):
     assert 0 < metrics["test_acc"] <= 1 and metrics["steps"] == 30
     model, _, meta = load_model(out / "model")
     assert model.metric == "hyperbolic" and len(meta["classes"]) == 10
+
+
+def test_cli_makes_idle_openmp_threads_sleep_unless_the_user_chose():
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, sys, dyntc.cli; assert 'torch' not in sys.modules; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "PASSIVE"  # set before torch (and its OpenMP runtime) loads
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ACTIVE"

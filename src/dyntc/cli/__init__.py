@@ -6,11 +6,18 @@ status 2; anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
-import typer
+# Before torch loads its OpenMP runtime: idle OpenMP threads sleep instead of spinning after each
+# matrix product, so that they do not take the cores from the numba kernels' worker threads in
+# between (measured: SRU training step at 144 x 32 4-18% faster, docs/results.md §2). A value the
+# user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from dyntc.errors import DyntcError
+import typer  # noqa: E402
+
+from dyntc.errors import DyntcError  # noqa: E402
 
 app = typer.Typer(
     name="dyntc",
