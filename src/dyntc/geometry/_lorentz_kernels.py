@@ -7,9 +7,11 @@ stay in cache for all its iterations. Float64 throughout. The arithmetic is ``lo
 step for step: start at ``p̃``; evaluate ``b_i = B(p, x_i)``, ``d_i²``, ``g_i = d_i / sinh d_i``,
 ``r = sum_i w_i log_p(x_i)`` (projected onto ``T_p``); Newton direction by Woodbury with an
 ``n × n`` Cholesky (a failed factorisation falls back to ``v = r / a``); backtracking along
-``exp_p(s v)`` with the Armijo test or the strong-convexity slope test. Only the summation order
-of dot products differs (they are vectorised: ``reassoc`` on those loops alone), so results agree
-with the PyTorch solver to rounding (tested).
+``exp_p(s v)`` with the Armijo test or the strong-convexity slope test. Differences: the summation
+order of dot products (vectorised: ``reassoc`` on those loops alone), and for sets with more
+points than dimensions the PyTorch solver computes the same Newton direction from a (d+1)-dim
+system instead; results agree with the PyTorch solver to rounding (tested). Used for sets of at
+most ``lorentz.COMPILED_MAX_POINTS`` points, where the n × n system is cheap.
 
 Sets run on ``torch.get_num_threads()`` threads (the kernel releases the GIL).
 
@@ -25,8 +27,8 @@ import math
 import numpy as np
 from numba import njit
 
-from dyntc.geometry import lorentz as _lz
 from dyntc._compiled import run_blocks
+from dyntc.geometry import lorentz as _lz
 
 _T_SERIES = _lz._T_SERIES
 _Q_SERIES = _lz._Q_SERIES
