@@ -8,7 +8,8 @@ CPU solver (numba, the default) and with its batched PyTorch solver (``USE_COMPI
 path on GPUs), and of ``lorentz.paper_mean`` (step 0.01, 100 iterations, from p̃), the largest
 Riemannian gradient norm
 ``|grad F|`` (``F = mean_i d(p, x_i)²``) over the classes at each result, and the largest hyperbolic
-distance from each result to the "true" mean (``frechet_mean`` with ``tol=1e-14``).
+distance from each result to the "true" mean (``frechet_mean`` with ``tol=1e-14``). Then
+episode-sized sets (training) and large sets (labels with many examples, dev-time prototypes).
 """
 
 from __future__ import annotations
@@ -80,6 +81,19 @@ def main() -> None:
         print(f"episode-sized {classes} classes x 4 points x {DIM} dims, float32 in, max_iter=5 (training): "
               f"compiled {t_fast * 1e3:.2f} ms, PyTorch solver {t_torch * 1e3:.2f} ms ({t_torch / t_fast:.1f}x)")
 
+    # large sets: past COMPILED_MAX_POINTS the default is the PyTorch solver (its Newton system is
+    # (d+1)-dimensional once n > d+1); the kernel is forced past its limit up to 256 points to compare
+    limit = lorentz.COMPILED_MAX_POINTS
+    for sets, points in ((1, 200), (10, 128), (10, 256), (10, 2000)):
+        x = lorentz.project(torch.randn(sets, points, DIM, dtype=torch.float64) * 0.5)
+        lorentz.USE_COMPILED = False
+        line = f"PyTorch solver {timed(lambda: lorentz.frechet_mean(x), 5)[0] * 1e3:.1f} ms"
+        if points <= 256:  # the kernel's n x n system takes minutes at 2,000 points
+            lorentz.USE_COMPILED, lorentz.COMPILED_MAX_POINTS = True, points
+            line = f"compiled {timed(lambda: lorentz.frechet_mean(x), 5)[0] * 1e3:.1f} ms, " + line
+        lorentz.USE_COMPILED, lorentz.COMPILED_MAX_POINTS = None, limit
+        default = "compiled" if points <= limit else "PyTorch"
+        print(f"{sets} sets x {points} points x {DIM} dims, float64: {line} (default: {default})")
 
 if __name__ == "__main__":
     main()

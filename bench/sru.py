@@ -19,8 +19,10 @@ of an inference call (eval mode, ``torch.no_grad``) for:
 and the ratios sru / dyntc and dyntc / matmul floor. Then, for the longest shape, the training step
 with the encoder's real loss, ``output[-1].sum()`` (the gradient reaches early steps only through
 the forget gates and decays into float32 denormals, which slow down sru's and the reference path's
-PyTorch ops; dyntc's kernel flushes them). No assertions: timings on a shared machine are noisy
-(the load average is printed next to them).
+PyTorch ops; dyntc's kernel flushes them). For the shortest shape: the recurrence kernels of one
+layer alone (ns per element), and an A/B of the OpenMP wait policy in fresh processes
+(``--omp-pairs``). No assertions: timings on a shared machine are noisy (the load average is
+printed next to them).
 """
 
 from __future__ import annotations
@@ -128,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=float, default=20.0, help="seconds per entry before stopping early (min 2 reps)")
     parser.add_argument("--shapes", default="144x200,144x32", help="batch x length, comma-separated")
     parser.add_argument("--no-compile-timing", action="store_true")
+    parser.add_argument("--omp-pairs", type=int, default=4,
+                        help="alternating process pairs for the OpenMP wait-policy A/B (0: skip)")
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore", module="sru")
@@ -204,7 +208,60 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {name:<13} {last[name] * 1e3:10.1f} ms")
     if len(last) == 2:
         print(f"  ratio sru 2.6.0 / dyntc fast: {last['sru 2.6.0'] / last['dyntc fast']:.2f}x")
+    shortest = min(args.shapes.split(","), key=lambda v: int(v.lower().split("x")[1]))
+    batch, length = (int(v) for v in shortest.lower().split("x"))
+    print(f"\nkernels alone, one 128 -> 128 layer, {shortest} (ns per element = time / (B T H)):")
+    print(kernel_times(batch, length, args.reps))
+    if args.omp_pairs > 0:
+        print(f"\nOpenMP wait policy, dyntc training step {shortest}, separate processes (median of 30 steps each):")
+        print(omp_wait_policy_ab(batch, length, args.omp_pairs))
     print(f"\nload average after: {load_average()} (on a shared machine the absolute numbers are noisy)")
+
+
+def kernel_times(batch: int, length: int, reps: int) -> str:
+    """The numba recurrence kernels of one layer (K = 3, hidden 128) without the GEMMs, on this
+    process's torch thread count and on one thread: where the rest of a training step goes."""
+    from dyntc.encoders import _sru_kernels as kernels
+
+    hidden = HIDDEN
+    U = torch.randn(length, batch, 1, 3, hidden)
+    x = torch.randn(length, batch, 1, hidden)
+    weight_c, bias, c0 = torch.randn(2 * hidden), torch.zeros(2 * hidden), torch.zeros(batch, 1, hidden)
+    grad_h = torch.randn(length, batch, 1, hidden)
+    elements = length * batch * hidden
+    lines = []
+    threads = torch.get_num_threads()
+    for n in sorted({threads, 1}, reverse=True):
+        torch.set_num_threads(n)
+        saved = kernels.recurrence_forward(U, x, 1.0, weight_c, bias, c0, None, None, True)[2]
+        fwd = timeit(lambda: kernels.recurrence_forward(U, x, 1.0, weight_c, bias, c0, None, None, True), reps * 3, 5.0)
+        bwd = timeit(lambda: kernels.recurrence_backward(saved, grad_h, None), reps * 3, 5.0)
+        lines.append(f"  {n} thread(s): forward (training) {fwd * 1e3:.2f} ms = {fwd * 1e9 / elements:.1f} ns/element, "
+                     f"backward {bwd * 1e3:.2f} ms = {bwd * 1e9 / elements:.1f} ns/element")
+    torch.set_num_threads(threads)
+    return "\n".join(lines)
+
+
+def omp_wait_policy_ab(batch: int, length: int, pairs: int) -> str:
+    """Training-step time in fresh processes with OMP_WAIT_POLICY=PASSIVE (dyntc's default) and
+    ACTIVE, alternating (the policy is read when torch loads, so it cannot change in-process)."""
+    code = (
+        "import statistics, time, torch; from dyntc.encoders.sru import SRU; torch.manual_seed(0);"
+        f"m = SRU({INPUT}, {HIDDEN}, {LAYERS}, dropout={DROPOUT}); x = torch.randn({length}, {batch}, {INPUT});\n"
+        "def step():\n    m.zero_grad(set_to_none=True); m(x)[0].sum().backward()\n"
+        "[step() for _ in range(5)]; ts = []\n"
+        "for _ in range(30):\n    t = time.perf_counter(); step(); ts.append(time.perf_counter() - t)\n"
+        "print(statistics.median(ts))"
+    )
+    times: dict[str, list[float]] = {"PASSIVE": [], "ACTIVE": []}
+    for _ in range(pairs):
+        for policy in times:
+            env = dict(os.environ, OMP_WAIT_POLICY=policy)
+            res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+            if res.returncode != 0:
+                return f"  failed: {res.stderr.strip()[-300:]}"
+            times[policy].append(float(res.stdout.strip().splitlines()[-1]))
+    return "\n".join(f"  {policy:<8} " + " ".join(f"{t * 1e3:.1f}" for t in ts) + " ms" for policy, ts in times.items())
 
 
 class _Reference(nn.Module):

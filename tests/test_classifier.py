@@ -406,3 +406,11 @@ def test_save_is_atomic_on_failure(fitted, tmp_path, monkeypatch):
         clf.save(path)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["m"]
+
+
+def test_batch_size_is_checked_when_set():
+    clf = DynamicClassifier()
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(DyntcError, match="batch_size must be an integer >= 1"):
+            clf.set_params(batch_size=bad)
+    assert clf.set_params(batch_size=8).batch_size == 8

@@ -203,6 +203,15 @@ def test_bad_model_and_data_files(work, tmp_path):
     (partial / "config.json").write_text(json.dumps({**config, "format_version": 0}))
     code, _, err = cli("labels", "list", partial)
     assert code == 2 and "format 0" in err
+    (partial / "config.json").write_text(json.dumps(config))
+    (partial / "support.json").write_text("{}")
+    (partial / "encoder.json").write_text("{not json")
+    code, _, err = cli("labels", "list", partial)
+    assert code == 2 and "is damaged" in err
+    shutil.copy(work / "model" / "encoder.json", partial / "encoder.json")
+    (partial / "model.safetensors").write_bytes(b"garbage")
+    code, _, err = cli("labels", "list", partial)
+    assert code == 2 and "is damaged" in err
     (tmp_path / "data.csv").write_text("sentence,label\nhello,x\n")
     code, _, err = cli("fit", "--data", tmp_path / "data.csv", "--out", tmp_path / "m")
     assert code == 2 and "no column 'text'" in err and "['sentence', 'label']" in err
@@ -213,3 +222,9 @@ def test_bad_model_and_data_files(work, tmp_path):
     code, _, err = cli("fit", "--data", tmp_path / "one.csv", "--out", tmp_path / "m")
     assert code == 2 and "at least 2 labels with n_support + 1" in err
     assert not (tmp_path / "m").exists()
+    (tmp_path / "latin1.csv").write_bytes("text,label\ncaf\xe9 ok,x\n".encode("latin-1"))
+    code, _, err = cli("fit", "--data", tmp_path / "latin1.csv", "--out", tmp_path / "m")
+    assert code == 2 and "is not UTF-8 text" in err
+    (tmp_path / "inputs.txt").write_bytes(b"\xff\xfe bad\n")
+    code, _, err = cli("predict", work / "model", "--input", tmp_path / "inputs.txt")
+    assert code == 2 and "is not UTF-8 text" in err

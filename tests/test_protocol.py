@@ -80,8 +80,25 @@ def test_unknown_profile_model_variant_and_setting():
         make_plan("sent", "quick", variants="tuned")
     with pytest.raises(DyntcError, match="unknown profile setting 'episodes'"):
         make_plan("sent", "quick", settings={"episodes": "3"})
-    with pytest.raises(DyntcError, match="expected a int"):
+    with pytest.raises(DyntcError, match="expected an integer"):
         make_plan("sent", "quick", settings={"pretrain_episodes": "many"})
+
+    with pytest.raises(DyntcError, match="splits cannot be none"):
+        make_plan("sent", "quick", settings={"splits": "none"})
+    assert make_plan("sent", "quick", settings={"test_per_class": "none"}).hp["test_per_class"] is None
+
+
+def test_dataset_aliases_get_the_datasets_hyperparameters():
+    alias, canonical = make_plan("20news", "quick"), make_plan("news", "quick")
+    assert alias.dataset == "news" and alias.hp == canonical.hp
+    assert alias.hp["max_len"] == 64 != make_plan("sent", "quick").hp["max_len"]
+
+
+def test_out_must_be_a_directory(tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with pytest.raises(DyntcError, match="not a directory"):
+        protocol.check_out_dir(not_a_dir)
 
 
 def test_n_fine_must_exceed_n_support_for_metric_models():

@@ -51,3 +51,17 @@ def test_bad_embeddings_files(tmp_path):
     bad.write_text("plane 0.1 0.2\nlate 1\n")
     with pytest.raises(DyntcError, match="expected 2 numbers"):
         build_vocabulary_and_embeddings(["plane late"], embeddings=bad)
+
+
+def test_vocabulary_extension_with_a_glove_file_lacking_the_new_words(tmp_path):
+    """Adding examples whose new words the custom GloVe file does not know keeps them <unk>
+    (it used to raise 'no GloVe vector found', breaking add_label on a typo)."""
+    from dyntc.encoders.glove_sru import GloveSRUConfig, GloveSRUEncoder
+
+    path = tmp_path / "tiny.txt"
+    path.write_text("plane 0.1 0.2 0.3\nlate -1 0 1\nbags 1 1 1\n")
+    enc = GloveSRUEncoder.from_texts(["plane late"], GloveSRUConfig(embeddings=str(path), hidden_size=4, num_layers=1))
+    assert enc.extend_vocabulary(["plane qwzx"]) == 0
+    assert enc.extend_vocabulary(["lost bags qwzx"]) == 1 and "bags" in enc.vocab.index
+    with pytest.raises(DyntcError, match="no GloVe vector"):
+        glove_lookup(["qwzx"], path)

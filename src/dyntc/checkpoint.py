@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from dyntc import __version__
@@ -107,6 +108,8 @@ def read_config(path: str | Path) -> dict:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DyntcError(f"{path / 'config.json'} is not valid JSON ({exc})") from exc
+    if not isinstance(config, dict):
+        raise DyntcError(f"{path / 'config.json'} is not a dyntc model config (a JSON object)")
     version = config.get("format_version")
     if version != FORMAT_VERSION:
         raise DyntcError(
@@ -117,9 +120,21 @@ def read_config(path: str | Path) -> dict:
 
 
 def load_model(path: str | Path) -> tuple[PrototypicalNetwork | MLPClassifier, dict[str, torch.Tensor], dict]:
-    """Load a model saved by :func:`save_model` onto the CPU: ``(model, extra tensors, meta)``."""
+    """Load a model saved by :func:`save_model` onto the CPU: ``(model, extra tensors, meta)``.
+
+    A directory with the right files but damaged contents is a :class:`DyntcError` naming it."""
     path = Path(path)
     config = read_config(path)
+    try:
+        return _load_model(path, config)
+    except (ValueError, KeyError, TypeError, AttributeError, OSError, SafetensorError) as exc:  # JSONDecodeError: ValueError
+        if isinstance(exc, DyntcError):
+            raise
+        raise DyntcError(f"model directory {str(path)!r} is damaged ({type(exc).__name__}: {exc}); "
+                         "save it again or restore it") from exc
+
+
+def _load_model(path: Path, config: dict) -> tuple[PrototypicalNetwork | MLPClassifier, dict[str, torch.Tensor], dict]:
     extra_files = json.loads((path / "encoder.json").read_text(encoding="utf-8"))
     encoder = build_encoder(config["encoder"], extra_files)
     spec = dict(config["model"])

@@ -173,6 +173,8 @@ class DynamicClassifier:
         for name, value in params.items():
             if name not in valid:
                 raise DyntcError(f"invalid parameter {name!r} for DynamicClassifier; valid ones: {', '.join(valid)}")
+            if name == "batch_size" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")  # applies at once
             setattr(self, name, value)
         return self
 
@@ -209,13 +211,9 @@ class DynamicClassifier:
         self._check_device()
 
     def _check_device(self) -> torch.device:
-        try:
-            device = torch.device(self.device)
-        except (RuntimeError, TypeError) as exc:
-            raise DyntcError(f"device must be a torch device such as 'cpu' or 'cuda', got {self.device!r}") from exc
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise DyntcError(f"device {self.device!r} requested but no CUDA device is available: use device='cpu'")
-        return device
+        from dyntc.training import check_device
+
+        return check_device(self.device, "device")
 
     # ------------------------------------------------------------------ fitted state
 

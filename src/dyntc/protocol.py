@@ -52,7 +52,10 @@ from dyntc.training import (
     Encoded,
     TrainConfig,
     TrainResult,
+    check_device,
+    check_out_dir,
     embed,
+    embed_points,
     train_prototypical,
     train_supervised,
 )
@@ -217,6 +220,8 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
             raise DyntcError(f"unknown profile setting {key!r}: choose from {', '.join(k for k in types if k not in ('name', 'description'))}")
         current = getattr(profile, key)
         sample = current.get("*") if isinstance(current, dict) else current
+        if raw.lower() == "none" and "None" not in str(types[key].type):
+            raise DyntcError(f"--set {key}=none: {key} cannot be none (it is {current!r} in this profile)")
         try:
             if raw.lower() == "none":
                 value: Any = None
@@ -229,7 +234,8 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
             else:
                 value = float(raw)
         except ValueError:
-            raise DyntcError(f"setting {key}={raw!r}: expected a {type(sample).__name__}") from None
+            expected = {"int": "an integer", "float": "a number", "tuple": "comma-separated integers"}
+            raise DyntcError(f"setting {key}={raw!r}: expected {expected.get(type(sample).__name__, 'a number')}") from None
         changes[key] = {"*": value} if isinstance(current, dict) else value
     return replace(profile, **changes)
 
@@ -304,6 +310,12 @@ def make_plan(
     settings: dict[str, str] | None = None,
 ) -> RunPlan:
     """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work)."""
+    from dyntc.data.datasets import resolve_name
+
+    try:  # aliases ("20news", ...) get the dataset's own hyperparameters
+        dataset = resolve_name(dataset)
+    except DyntcError:  # a Dataset of the user's own: the profile's "*" values
+        pass
     prof = override(get_profile(profile), settings or {})
     if p is not None:
         prof = replace(prof, p=check_fraction(p))
@@ -320,8 +332,7 @@ def make_plan(
     fine = tuple(sorted(set(fine)))
     chosen_models = parse_names(models, ALL_MODELS, "model(s)") or DEFAULT_MODELS
     chosen_variants = parse_names(variants, VARIANTS, "variant(s)") or VARIANTS
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DyntcError("--device cuda requested but no CUDA device is available; use --device cpu")
+    check_device(device)
     if "logreg" in chosen_models and encoder == "sru":
         raise DyntcError(
             "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "
@@ -371,22 +382,6 @@ class Featurized:
         items = getattr(self, part)
         index = {c: i for i, c in enumerate(classes)}
         return Encoded([items[i] for i in indices], np.array([index[y] for y in labels], dtype=np.int64), list(classes))
-
-
-class _Points(nn.Module):
-    """``model.embed`` as a module, so that :func:`dyntc.training.embed` can batch it."""
-
-    def __init__(self, model: PrototypicalNetwork):
-        super().__init__()
-        self.model = model
-
-    def forward(self, **batch):
-        return self.model.embed(**batch)
-
-
-def _points(model: PrototypicalNetwork, items: list[Any]) -> torch.Tensor:
-    # the wrapper carries the model's mode, so that `embed` restores the model to the mode it was in
-    return embed(_Points(model).train(model.training), model.encoder, items)
 
 
 @torch.no_grad()
@@ -489,11 +484,14 @@ class ProtocolRun:
 
     def _open(self, force: bool) -> dict:
         fingerprint = self.plan.fingerprint()
+        check_out_dir(self.out)
         if self.results_path.is_file():
             try:
                 old = json.loads(self.results_path.read_text(encoding="utf-8"))
             except json.JSONDecodeError as exc:
                 raise DyntcError(f"{self.results_path} is not valid JSON ({exc}); move it away or pass --force") from exc
+            if not isinstance(old, dict):
+                raise DyntcError(f"{self.results_path} is not a dyntc results file; move it away or pass --force")
             if force:
                 self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
                 shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
@@ -755,12 +753,12 @@ class ProtocolRun:
         if variant == "un-tuned":
             if "test" not in cache:  # the pretrained model is fixed: embed the test set once per model
                 cache["test"] = (embed(pretrained.encoder, pretrained.encoder, test.items) if model_name == "mlp"
-                                 else _points(pretrained, test.items))
+                                 else embed_points(pretrained, test.items))
             if model_name == "mlp":
                 support = embed(pretrained.encoder, pretrained.encoder, fine.items)
                 pred = _knn_predict(support, fine.labels, cache["test"], hp["knn_k"])
             else:
-                pred = _proto_predict(pretrained, _points(pretrained, fine.items), fine.labels, n_classes, cache["test"])
+                pred = _proto_predict(pretrained, embed_points(pretrained, fine.items), fine.labels, n_classes, cache["test"])
             info.update(_train_info(None))
             info.update(accuracies(pred, test.labels, test_new_mask))
             return info
@@ -789,7 +787,7 @@ class ProtocolRun:
                     info["n_support_used"] = n_support
                 result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support))
             model.eval()
-            pred = _proto_predict(model, _points(model, fine.items), fine.labels, n_classes, _points(model, test.items))
+            pred = _proto_predict(model, embed_points(model, fine.items), fine.labels, n_classes, embed_points(model, test.items))
         info["train_seconds"] = result.seconds if result is not None else 0.0
         info.update(_train_info(result))
         info.update(accuracies(pred, test.labels, test_new_mask))

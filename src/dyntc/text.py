@@ -106,8 +106,11 @@ def _glove_text_file(path: Path, wanted: set[str] | None) -> tuple[dict[str, int
     return index, (np.stack(rows) if rows else np.zeros((0, dim or 0), np.float32))
 
 
-def glove_lookup(words: Iterable[str], path: str | Path | None = None) -> tuple[dict[str, np.ndarray], int]:
-    """Vectors of those `words` that GloVe knows, and the vector dimension."""
+def glove_lookup(
+    words: Iterable[str], path: str | Path | None = None, *, require: bool = True
+) -> tuple[dict[str, np.ndarray], int]:
+    """Vectors of those `words` that GloVe knows, and the vector dimension (0 when a text file
+    has none of them; an error unless ``require=False``)."""
     wanted = set(words)
     if path is None:
         index, vectors = _packaged_glove()
@@ -115,7 +118,7 @@ def glove_lookup(words: Iterable[str], path: str | Path | None = None) -> tuple[
         index, vectors = _glove_text_file(Path(path), wanted)
     found = {w: np.asarray(vectors[index[w]], dtype=np.float32) for w in wanted if w in index}
     dim = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
-    if dim == 0:
+    if dim == 0 and require:
         raise DyntcError(f"no GloVe vector found for any of {len(wanted)} training words in {path}")
     return found, dim
 

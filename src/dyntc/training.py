@@ -11,6 +11,7 @@ import copy
 import math
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,7 @@ from tqdm.auto import tqdm
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.encoders.base import TextEncoder
 from dyntc.errors import DyntcError
-from dyntc.models import KNNProbe, MLPClassifier, PrototypicalNetwork
+from dyntc.models import MLPClassifier, PrototypicalNetwork
 
 
 @dataclass
@@ -48,6 +49,25 @@ class TrainConfig:
                 raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise DyntcError(f"lr must be > 0, got {self.lr}")
+
+
+def check_device(device: str, arg: str = "--device") -> torch.device:
+    """`device` as a torch.device, or a DyntcError naming `arg` (not a device name, or CUDA absent)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise DyntcError(f"{arg} must be a torch device such as 'cpu' or 'cuda', got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DyntcError(f"{arg} {device!r} requested but no CUDA device is available: use cpu")
+    return dev
+
+
+def check_out_dir(path: Path, arg: str = "--out") -> Path:
+    """`path` as an output directory: an error naming `arg` if it exists as something else."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise DyntcError(f"{arg} {path} exists and is not a directory: choose another path")
+    return path
 
 
 @dataclass
@@ -142,8 +162,9 @@ class _Embedder(nn.Module):
 
 
 def embed_points(model: nn.Module, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
-    """``model.embed`` over featurized `items`: points in the model's metric space, batched, eval mode."""
-    return embed(_Embedder(model, "embed"), model.encoder, items, batch_size)
+    """``model.embed`` over featurized `items`: points in the model's metric space, batched, eval
+    mode; the model is left in the mode it was in (the wrapper carries it, so `embed` restores it)."""
+    return embed(_Embedder(model, "embed").train(model.training), model.encoder, items, batch_size)
 
 
 def prototypical_predict(
@@ -169,13 +190,6 @@ def prototypical_accuracy(model: PrototypicalNetwork, support: Encoded, query: E
 def supervised_accuracy(model: MLPClassifier, data: Encoded) -> float:
     logits = embed(model, model.encoder, data.items)
     return float((logits.argmax(1).cpu().numpy() == data.labels).mean())
-
-
-def knn_accuracy(encoder: TextEncoder, support: Encoded, query: Encoded, k: int = 5) -> float:
-    """The paper's MLP-KNN: k-NN vote on encoder outputs (the MLP's penultimate layer)."""
-    probe = KNNProbe(k).fit(embed(encoder, encoder, support.items).cpu(), torch.as_tensor(support.labels))
-    pred = probe.predict(embed(encoder, encoder, query.items).cpu())
-    return float((pred.numpy() == query.labels).mean())
 
 
 def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:

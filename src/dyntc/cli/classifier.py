@@ -12,6 +12,7 @@ import csv
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -38,10 +39,26 @@ def _err(msg: str) -> None:
 # ---------------------------------------------------------------------------------------- reading
 
 
+@contextmanager
+def _readable(path: Path):
+    """Turn a file that is not UTF-8 text or not well-formed CSV into a one-line error."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise DyntcError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from exc
+    except csv.Error as exc:
+        raise DyntcError(f"{path}: not a well-formed CSV/TSV file ({exc})") from exc
+
+
 def _rows(path: Path) -> tuple[list[dict], list[str]]:
     """Records of a CSV/TSV or JSONL file, and the column names seen."""
     if not path.is_file():
         raise DyntcError(f"file {str(path)!r} does not exist")
+    with _readable(path):
+        return _parse_rows(path)
+
+
+def _parse_rows(path: Path) -> tuple[list[dict], list[str]]:
     suffix = path.suffix.lower()
     if suffix in _CSV:
         with open(path, newline="", encoding="utf-8-sig") as fh:
@@ -102,7 +119,8 @@ def read_examples(path: Path, text_col: str = "text") -> list[str]:
         return texts
     if not path.is_file():
         raise DyntcError(f"file {str(path)!r} does not exist")
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    with _readable(path):
+        return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def _gather(examples: Optional[list[str]], files: Optional[list[Path]], text_col: str, what: str) -> list[str]:
@@ -314,7 +332,8 @@ def _read_inputs(source: str) -> list[str]:
         path = Path(source)
         if not path.exists() or path.is_dir():
             raise DyntcError(f"input file {source!r} does not exist (or is a directory); use - for stdin")
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with _readable(path):
+            lines = path.read_text(encoding="utf-8").splitlines()
         jsonl = path.suffix.lower() in _JSONL
     lines = [(no, line) for no, line in enumerate(lines, 1) if line.strip()]
     jsonl = jsonl or (bool(lines) and lines[0][1].lstrip().startswith("{"))

@@ -80,13 +80,15 @@ def train(
     from dyntc.encoders import create_encoder
     from dyntc.models import MODEL_NAMES, build_model
     from dyntc.training import (
+        check_device,
+        check_out_dir,
         Encoded, TrainConfig, prototypical_accuracy, supervised_accuracy, train_prototypical, train_supervised,
     )
 
     if model not in MODEL_NAMES:
         raise DyntcError(f"unknown model {model!r}: choose one of {', '.join(MODEL_NAMES)}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise DyntcError("--device cuda requested but no CUDA device is available; use --device cpu")
+    check_device(device)
+    check_out_dir(out)
     torch.manual_seed(seed)
     data = load(dataset, data_dir, seed=seed)
     classes = data.labels

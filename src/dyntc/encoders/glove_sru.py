@@ -82,7 +82,7 @@ class GloveSRUEncoder(TextEncoder):
         new = sorted({w for t in texts for w in tokenize(t, self.cfg.lower)} - self.vocab.index.keys())
         if not new:
             return 0
-        found, dim = glove_lookup(new, self.cfg.embeddings)
+        found, dim = glove_lookup(new, self.cfg.embeddings, require=False)  # unknown words stay <unk>
         words = [w for w in new if w in found]
         old = self.embedding.weight.detach()
         if not words or dim != old.shape[1]:
