@@ -414,3 +414,11 @@ def test_batch_size_is_checked_when_set():
         with pytest.raises(DyntcError, match="batch_size must be an integer >= 1"):
             clf.set_params(batch_size=bad)
     assert clf.set_params(batch_size=8).batch_size == 8
+
+
+def test_decision_function_is_what_predict_and_predict_proba_derive_from(fitted):
+    texts = ["what is my balance", "book a flight to paris", "play some jazz"]
+    scores = fitted.decision_function(texts)
+    assert scores.shape == (3, len(fitted.classes_)) and (scores <= 0).all()
+    assert [fitted.classes_[i] for i in scores.argmax(1)] == fitted.predict(texts)
+    np.testing.assert_allclose(torch.softmax(torch.as_tensor(scores), 1).numpy(), fitted.predict_proba(texts), atol=1e-12)

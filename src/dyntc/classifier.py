@@ -493,6 +493,12 @@ class DynamicClassifier:
         classes = self.classes_
         return [classes[i] for i in d2.argmin(1).tolist()]
 
+    def decision_function(self, texts: Sequence[str]) -> np.ndarray:
+        """``-d²`` to every prototype, ``(n, n_classes)`` (higher = nearer); columns in ``classes_``
+        order. :meth:`predict`, :meth:`predict_proba` and :meth:`top_k` all derive from it, so a
+        caller needing several of them embeds the texts once with this."""
+        return (-self._query(texts).double()).numpy()
+
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """``softmax(-d²)`` over the prototypes, ``(n, n_classes)``; columns in ``classes_`` order."""
         return torch.softmax(-self._query(texts).double(), dim=1).numpy()

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
+import torch
 import typer
 
 from dyntc.errors import DyntcError
@@ -366,15 +367,18 @@ def predict(
     if not texts:
         _err("no input texts")
         return
-    nearest = clf.top_k(texts, top_k)
-    probs = clf.predict_proba(texts).max(1) if proba else None
+    scores = torch.as_tensor(clf.decision_function(texts))  # -d², one embedding pass for all outputs
+    nearest_scores, nearest = scores.topk(min(top_k, scores.shape[1]), dim=1)
+    probs = torch.softmax(scores, dim=1).max(1).values if proba else None
+    classes = clf.classes_
     out = sys.stdout
-    for i, (text, ranked) in enumerate(zip(texts, nearest)):
-        record = {"text": text, "label": ranked[0][0]}
+    for i, text in enumerate(texts):
+        record = {"text": text, "label": classes[int(nearest[i, 0])]}
         if proba:
             record["probability"] = round(float(probs[i]), 6)
         if top_k > 1:
-            record["top_k"] = [{"label": lab, "distance": round(d, 6)} for lab, d in ranked]
+            record["top_k"] = [{"label": classes[int(j)], "distance": round(float((-v).clamp_min(0).sqrt()), 6)}
+                               for j, v in zip(nearest[i], nearest_scores[i])]
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 

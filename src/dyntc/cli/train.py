@@ -82,7 +82,7 @@ def train(
     from dyntc.training import (
         check_device,
         check_out_dir,
-        Encoded, TrainConfig, prototypical_accuracy, supervised_accuracy, train_prototypical, train_supervised,
+        Encoded, TrainConfig, prototypical_predict, supervised_accuracy, train_prototypical, train_supervised,
     )
 
     if model not in MODEL_NAMES:
@@ -115,7 +115,11 @@ def train(
         dev_acc, test_acc = supervised_accuracy(net, dev_set), supervised_accuracy(net, test_set)
     else:
         result = train_prototypical(net, train_set, dev_set, cfg)
-        dev_acc, test_acc = prototypical_accuracy(net, train_set, dev_set), prototypical_accuracy(net, train_set, test_set)
+        # one set of prototypes (embedding all training texts once) for both dev and test
+        pred, _ = prototypical_predict(net, train_set, dev_set.items + test_set.items)
+        pred = pred.numpy()
+        dev_acc = float((pred[: len(dev_set)] == dev_set.labels).mean())
+        test_acc = float((pred[len(dev_set) :] == test_set.labels).mean())
     total_s = time.perf_counter() - t0
     metrics = {
         "dataset": data.name, "model": model, "encoder": encoder, "dev_acc": dev_acc, "test_acc": test_acc,
