@@ -422,3 +422,14 @@ def test_decision_function_is_what_predict_and_predict_proba_derive_from(fitted)
     assert scores.shape == (3, len(fitted.classes_)) and (scores <= 0).all()
     assert [fitted.classes_[i] for i in scores.argmax(1)] == fitted.predict(texts)
     np.testing.assert_allclose(torch.softmax(torch.as_tensor(scores), 1).numpy(), fitted.predict_proba(texts), atol=1e-12)
+
+
+def test_fine_tune_checks_dev_and_lr_like_fit(fitted):
+    clf = copy.deepcopy(fitted)
+    with pytest.raises(DyntcError, match="dev must be a pair"):
+        clf.fine_tune(episodes=1, dev=(["hi"],))
+    with pytest.raises(DyntcError, match="not among the labels trained on"):
+        clf.fine_tune(episodes=1, dev=(["hi"], ["no-such-label"]))
+    for bad in (0, -1e-3, "fast", True):
+        with pytest.raises(DyntcError, match="lr must be a number > 0"):
+            clf.fine_tune(episodes=1, lr=bad)

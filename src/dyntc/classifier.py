@@ -263,15 +263,7 @@ class DynamicClassifier:
         self._validate_params()
         texts, labels = self._check_pairs(texts, labels, "texts", "labels")
         classes = sorted(set(labels))
-        dev_pair = None
-        if dev is not None:
-            if not (isinstance(dev, (tuple, list)) and len(dev) == 2):
-                raise DyntcError("dev must be a pair (texts, labels)")
-            dev_texts, dev_labels = self._check_pairs(dev[0], dev[1], "dev texts", "dev labels")
-            unknown = sorted(set(dev_labels) - set(classes))
-            if unknown:
-                raise DyntcError(f"dev labels {unknown[:5]} do not occur in the training labels: remove those dev examples")
-            dev_pair = (dev_texts, dev_labels)
+        dev_pair = self._check_dev(dev, classes)
 
         episodic = self._episodic_classes(labels, classes)
         torch.manual_seed(self.seed)
@@ -312,6 +304,8 @@ class DynamicClassifier:
         self._check_fitted()
         if not (isinstance(episodes, int) and episodes >= 1):
             raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
+        if lr is not None and not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
+            raise DyntcError(f"lr must be a number > 0 (or None for the classifier's lr), got {lr!r}")
         new_texts: list[str] = []
         new_labels: list[str] = []
         if texts is not None or labels is not None:
@@ -328,18 +322,30 @@ class DynamicClassifier:
         self._maybe_extend_vocab(new_texts)
         model = self.model_
         train = Encoded.of(model.encoder, *self._restrict(pool_texts, pool_labels, episodic), episodic)
+        dev_pair = self._check_dev(dev, self.classes_)
         dev_set = None
-        if dev is not None:
-            dev_texts, dev_labels = self._check_pairs(dev[0], dev[1], "dev texts", "dev labels")
-            dev_set = Encoded.of(model.encoder, *self._restrict(dev_texts, dev_labels, episodic), episodic)
+        if dev_pair is not None:
+            dev_set = Encoded.of(model.encoder, *self._restrict(*dev_pair, episodic), episodic)
             if len(dev_set) == 0:
                 dev_set = None
-        self.fine_tune_result_ = train_prototypical(model, train, dev_set, self._train_config(episodes, lr or self.lr))
+        self.fine_tune_result_ = train_prototypical(model, train, dev_set, self._train_config(episodes, self.lr if lr is None else lr))
         model.eval()
         if add_to_support and new_texts:
             all_texts, all_labels = pool_texts, pool_labels
         self._install_support(all_texts, all_labels)
         return self
+
+    def _check_dev(self, dev, classes: Sequence[str]) -> tuple[list[str], list[str]] | None:
+        """`dev` as checked (texts, labels), or None; its labels must be among `classes`."""
+        if dev is None:
+            return None
+        if not (isinstance(dev, (tuple, list)) and len(dev) == 2):
+            raise DyntcError("dev must be a pair (texts, labels)")
+        dev_texts, dev_labels = self._check_pairs(dev[0], dev[1], "dev texts", "dev labels")
+        unknown = sorted(set(dev_labels) - set(classes))
+        if unknown:
+            raise DyntcError(f"dev labels {unknown[:5]} are not among the labels trained on: remove those dev examples")
+        return dev_texts, dev_labels
 
     def _encoder_options(self) -> dict:
         options = {"hidden_size": self.hidden_size, "num_layers": self.num_layers, "dropout": self.dropout,
