@@ -86,6 +86,17 @@ def fast_path_status(x: Tensor | None = None) -> tuple[bool, str | None]:
     return True, None
 
 
+def _use_fast_path(x: Tensor, fast: bool | None) -> bool:
+    """Whether to run the fast path on `x`: never with ``fast=False``; otherwise when available,
+    with a RuntimeWarning naming the reason when it is not (and was not turned off)."""
+    if fast is False:
+        return False
+    use, reason = fast_path_status(x)
+    if reason is not None:
+        warnings.warn(f"dyntc SRU: using the reference PyTorch path because {reason}", RuntimeWarning, stacklevel=3)
+    return use
+
+
 class SRULayer(nn.Module):
     """One SRU layer (``sru.SRUCell`` 2.6.0 with the options above); same parameter names."""
 
@@ -177,12 +188,7 @@ class SRULayer(nn.Module):
             mask_pad = mask_pad.to(device=input.device, dtype=torch.bool)
             if mask_pad.shape != (length, batch):
                 raise ValueError(f"mask_pad must be (length, batch_size) = {(length, batch)}, got {tuple(mask_pad.shape)}")
-        use_fast = False
-        if fast is None or fast:
-            use_fast, reason = fast_path_status(input)
-            if reason is not None:
-                warnings.warn(f"dyntc SRU: using the reference PyTorch path because {reason}", RuntimeWarning, stacklevel=2)
-        if use_fast:
+        if _use_fast_path(input, fast):
             scale = float(self.scale_x.item()) if self.rescale else 1.0
             args = (input, self.weight, self.weight_c, self.bias, c0.reshape(batch, D, H), mask_c, mask_pad,
                     residual if self.layer_norm is not None else None, scale, D, H, K)  # fmt: skip
@@ -313,11 +319,7 @@ class SRU(nn.Module):
             raise ValueError("input must be (length, batch_size, input_size)")
         if c0 is not None and c0.dim() != 3:
             raise ValueError("c0 must be (num_layers, batch_size, output_size)")
-        if fast is None:
-            use, reason = fast_path_status(input)
-            if reason is not None:
-                warnings.warn(f"dyntc SRU: using the reference PyTorch path because {reason}", RuntimeWarning, stacklevel=2)
-            fast = use
+        fast = _use_fast_path(input, fast)  # decided (and warned about) once for all layers
         prevx = input
         cs = []
         for i, layer in enumerate(self.rnn_lst):
