@@ -1,16 +1,16 @@
-"""Speed of dyntc's SRU against sru 2.6.0, nn.LSTM and the matrix products alone (CPU, float32).
+"""Speed of dyntc's SRU against sru 2.6.0, nn.LSTM and the matrix products alone (float32).
 
-    python -m bench.sru [--reps N] [--no-compile-timing] [--shapes 144x200,144x32]
+    python -m bench.sru [--reps N] [--no-compile-timing] [--shapes 144x200,144x32] [--device cuda]
 
 The paper's encoder: 4 layers, hidden 128, input 50 (frozen GloVe, so no gradient w.r.t. the
 input), dropout 0.5 between layers. For every shape (batch x length) it prints the median wall time
 of a training step (forward in training mode with dropout + backward of ``output.sum()``) and
 of an inference call (eval mode, ``torch.no_grad``) for:
 
-* ``dyntc fast``  -- dyntc.encoders.sru.SRU, numba kernels;
+* ``dyntc fast``  -- dyntc.encoders.sru.SRU, numba kernels (Triton kernels with ``--device cuda``);
 * ``dyntc ref``   -- the same module on its pure-PyTorch reference path;
 * ``sru 2.6.0``   -- sru.SRU with the same weights (its CPU training path is a Python loop; its
-  inference path is its compiled C++ loop);
+  inference path is its compiled C++ loop; on CUDA its own CUDA kernel, forward and backward);
 * ``nn.LSTM``     -- torch.nn.LSTM(50, 128, 4 layers, dropout 0.5), a peer;
 * ``matmul floor``-- the SRU's matrix products alone (U = x W per layer, and their backward for
   training) into preallocated outputs, i.e. what is left if the elementwise recurrence and all
@@ -22,7 +22,8 @@ the forget gates and decays into float32 denormals, which slow down sru's and th
 PyTorch ops; dyntc's kernel flushes them). For the shortest shape: the recurrence kernels of one
 layer alone (ns per element), and an A/B of the OpenMP wait policy in fresh processes
 (``--omp-pairs``). No assertions: timings on a shared machine are noisy (the load average is
-printed next to them).
+printed next to them). With ``--device cuda`` every timed call ends with
+``torch.cuda.synchronize()``; the kernel breakdown and the OpenMP A/B (CPU matters) are skipped.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def timeit(fn, reps: int, budget_s: float) -> float:
     return statistics.median(times)
 
 
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def train_step(model, x, last_only: bool = False):
     """Forward in training mode + backward of ``output.sum()`` (every step gets a gradient), or of
     ``output[-1].sum()`` with `last_only` (the encoder's last-token loss)."""
@@ -67,6 +73,7 @@ def train_step(model, x, last_only: bool = False):
         model.zero_grad(set_to_none=True)
         out = model(x)[0]
         (out[-1] if last_only else out).sum().backward()
+        _synchronize(x.device)
 
     return step
 
@@ -75,22 +82,24 @@ def infer_step(model, x):
     def step():
         with torch.no_grad():
             model(x)
+        _synchronize(x.device)
 
     return step
 
 
-def matmul_floor(batch: int, length: int, train: bool):
+def matmul_floor(batch: int, length: int, train: bool, device: torch.device):
     """The SRU layers' matrix products with no recurrence in between: per layer U = x W, and for
     training also dW = x^T dU and (layers > 0; the first layer's input is frozen) dx = dU W^T.
     Outputs go to preallocated buffers, so this is the GEMM work alone."""
     sizes = [(INPUT, HIDDEN * 4)] + [(HIDDEN, HIDDEN * 3)] * (LAYERS - 1)
     rows = length * batch
-    ws = [torch.randn(i, o) for i, o in sizes]
-    xs = [torch.randn(rows, i) for i, _ in sizes]
-    gs = [torch.randn(rows, o) for _, o in sizes]
-    us = [torch.empty(rows, o) for _, o in sizes]
-    gws = [torch.empty(i, o) for i, o in sizes]
-    gxs = [torch.empty(rows, i) for i, _ in sizes]
+    dev = dict(device=device)
+    ws = [torch.randn(i, o, **dev) for i, o in sizes]
+    xs = [torch.randn(rows, i, **dev) for i, _ in sizes]
+    gs = [torch.randn(rows, o, **dev) for _, o in sizes]
+    us = [torch.empty(rows, o, **dev) for _, o in sizes]
+    gws = [torch.empty(i, o, **dev) for i, o in sizes]
+    gxs = [torch.empty(rows, i, **dev) for i, _ in sizes]
 
     def step():
         for n, (x, w) in enumerate(zip(xs, ws)):
@@ -100,6 +109,7 @@ def matmul_floor(batch: int, length: int, train: bool):
                 torch.mm(xs[n].t(), gs[n], out=gws[n])
                 if n > 0:
                     torch.mm(gs[n], ws[n].t(), out=gxs[n])
+        _synchronize(device)
 
     return step
 
@@ -132,7 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-compile-timing", action="store_true")
     parser.add_argument("--omp-pairs", type=int, default=4,
                         help="alternating process pairs for the OpenMP wait-policy A/B (0: skip)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch.cuda.is_available() is False on this machine")
+    gpu = device.type == "cuda"
 
     warnings.filterwarnings("ignore", module="sru")
     warnings.filterwarnings("ignore", message=".*Running SRU on CPU with grad_enabled.*")
@@ -152,14 +167,18 @@ def main(argv: list[str] | None = None) -> None:
           f"torch.get_num_threads() = {torch.get_num_threads()}; numba {numba.__version__}")
     print(f"model: {LAYERS} layers x {HIDDEN} hidden, input {INPUT}, dropout {DROPOUT}, float32; "
           f"load average before: {load_average()}; OMP_WAIT_POLICY={omp_wait_policy()}")
+    if gpu:
+        import triton
+
+        print(f"GPU: {torch.cuda.get_device_name(device)}; CUDA {torch.version.cuda}; triton {triton.__version__}")
     if sru_error:
         print(f"sru 2.6.0 unavailable: {sru_error}")
-    if not args.no_compile_timing:
+    if not args.no_compile_timing and not gpu:
         print(compile_timing())
 
     torch.manual_seed(0)
-    fast = dsru.SRU(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT)
-    ok, reason = dsru.fast_path_status(torch.zeros(1))
+    fast = dsru.SRU(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT).to(device)
+    ok, reason = dsru.fast_path_status(torch.zeros(1, device=device))
     if not ok:
         print(f"WARNING: dyntc fast path unavailable: {reason}")
     ref_model = _Reference(fast)
@@ -167,26 +186,27 @@ def main(argv: list[str] | None = None) -> None:
     if sru is not None:
         theirs = sru.SRU(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT, rescale=True)
         theirs.load_state_dict(fast.state_dict())
-        peers["sru 2.6.0"] = theirs
-    peers["nn.LSTM"] = nn.LSTM(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT)
+        peers["sru 2.6.0"] = theirs.to(device)
+    peers["nn.LSTM"] = nn.LSTM(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT).to(device)
 
     header = f"{'shape BxT':>10} {'model':<13} {'train ms':>10} {'infer ms':>10}"
     for shape in args.shapes.split(","):
         batch, length = (int(v) for v in shape.lower().split("x"))
-        x = torch.randn(length, batch, INPUT)
+        x = torch.randn(length, batch, INPUT, device=device)
         print()
         print(header)
         res: dict[str, tuple[float, float]] = {}
         for name, model in peers.items():
             model.train()
-            reps = args.reps if not (name in ("dyntc ref", "sru 2.6.0") and length > 64) else min(args.reps, 3)
+            slow_cpu_loop = name == "dyntc ref" or (name == "sru 2.6.0" and not gpu)
+            reps = args.reps if not (slow_cpu_loop and length > 64) else min(args.reps, 3)
             tr = timeit(train_step(model, x), reps, args.budget)
             model.eval()
             inf = timeit(infer_step(model, x), args.reps, args.budget)
             res[name] = (tr, inf)
             print(f"{shape:>10} {name:<13} {tr * 1e3:10.1f} {inf * 1e3:10.1f}", flush=True)
-        floor = (timeit(matmul_floor(batch, length, True), args.reps, args.budget),
-                 timeit(matmul_floor(batch, length, False), args.reps, args.budget))
+        floor = (timeit(matmul_floor(batch, length, True, device), args.reps, args.budget),
+                 timeit(matmul_floor(batch, length, False, device), args.reps, args.budget))
         res["matmul floor"] = floor
         print(f"{shape:>10} {'matmul floor':<13} {floor[0] * 1e3:10.1f} {floor[1] * 1e3:10.1f}")
         f_tr, f_inf = res["dyntc fast"]
@@ -198,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{shape:>10} ratio nn.LSTM / dyntc fast: training {l_tr / f_tr:.2f}x, inference {l_inf / f_inf:.2f}x")
     longest = max(args.shapes.split(","), key=lambda v: int(v.lower().split("x")[1]))
     batch, length = (int(v) for v in longest.lower().split("x"))
-    x = torch.randn(length, batch, INPUT)
+    x = torch.randn(length, batch, INPUT, device=device)
     print(f"\nlast-token loss output[-1].sum(), {longest}, training step:")
     last = {}
     for name in ("dyntc fast", "sru 2.6.0"):
@@ -210,11 +230,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  ratio sru 2.6.0 / dyntc fast: {last['sru 2.6.0'] / last['dyntc fast']:.2f}x")
     shortest = min(args.shapes.split(","), key=lambda v: int(v.lower().split("x")[1]))
     batch, length = (int(v) for v in shortest.lower().split("x"))
-    print(f"\nkernels alone, one 128 -> 128 layer, {shortest} (ns per element = time / (B T H)):")
-    print(kernel_times(batch, length, args.reps))
-    if args.omp_pairs > 0:
-        print(f"\nOpenMP wait policy, dyntc training step {shortest}, separate processes (median of 30 steps each):")
-        print(omp_wait_policy_ab(batch, length, args.omp_pairs))
+    if not gpu:  # where the CPU time goes
+        print(f"\nkernels alone, one 128 -> 128 layer, {shortest} (ns per element = time / (B T H)):")
+        print(kernel_times(batch, length, args.reps))
+        if args.omp_pairs > 0:
+            print(f"\nOpenMP wait policy, dyntc training step {shortest}, separate processes (median of 30 steps each):")
+            print(omp_wait_policy_ab(batch, length, args.omp_pairs))
     print(f"\nload average after: {load_average()} (on a shared machine the absolute numbers are noisy)")
 
 

@@ -179,8 +179,8 @@ def test_fast_matches_reference(dtype, kw):
 
 @pytest.mark.parametrize("k, dirs", [(3, 1), (4, 1), (3, 2), (4, 2)])
 def test_gradcheck_fast_function(k, dirs):
-    kernels = dsru._load_kernels()
-    assert kernels is not None, dsru._kernels_error
+    kernels = dsru._load_backend("cpu")
+    assert kernels is not None, dsru._load_errors
     torch.manual_seed(k * 10 + dirs)
     L, B, H = 5, 3, 4
     d = dict(dtype=torch.float64)
@@ -199,8 +199,8 @@ def test_gradcheck_fast_function(k, dirs):
 @pytest.mark.parametrize("n_in, dirs, layer_norm", [(7, 1, False), (4, 1, False), (8, 2, False), (8, 2, True), (5, 2, True)])
 def test_gradcheck_fast_layer_function(n_in, dirs, layer_norm):
     """The fused GEMM + recurrence Function (k = 3 when n_in == dirs * H, else 4), float64."""
-    kernels = dsru._load_kernels()
-    assert kernels is not None, dsru._kernels_error
+    kernels = dsru._load_backend("cpu")
+    assert kernels is not None, dsru._load_errors
     torch.manual_seed(n_in + dirs)
     L, B, H = 4, 3, 4
     K = 3 if n_in == dirs * H else 4
@@ -213,10 +213,10 @@ def test_gradcheck_fast_layer_function(n_in, dirs, layer_norm):
     c0 = torch.randn(B, dirs, H, **d, requires_grad=True)
     mask_c = (torch.rand(B, dirs * H) > 0.3).double() / 0.7
     mask_pad = lengths_mask([4, 1, 3], L)
-    fn = kernels.SRULayerFunction.apply
+    fn = dsru.SRULayerFunction.apply
 
     def f(x, w, wc, bias, c0, *hw):
-        return fn(x, w, wc, bias, c0, mask_c, mask_pad, hw[0] if hw else None, 1.3, dirs, H, K)
+        return fn(x, w, wc, bias, c0, mask_c, mask_pad, hw[0] if hw else None, 1.3, dirs, H, K, kernels)
 
     inputs = (x, w, wc, bias, c0) + ((x_hw,) if layer_norm else ())
     assert torch.autograd.gradcheck(f, inputs)
@@ -256,8 +256,8 @@ def test_env_var_disables_fast_path_without_warning(monkeypatch):
 def test_fallback_warns_when_numba_unavailable(monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     monkeypatch.delitem(sys.modules, "dyntc.encoders._sru_kernels", raising=False)
-    monkeypatch.setattr(dsru, "_kernels", None)
-    monkeypatch.setattr(dsru, "_kernels_error", None)
+    monkeypatch.setattr(dsru, "_loaded", {})
+    monkeypatch.setattr(dsru, "_load_errors", {})
     called = []
     monkeypatch.setattr(dsru, "_recurrence_reference", _spy(dsru._recurrence_reference, called))
     torch.manual_seed(0)

@@ -1,9 +1,9 @@
-"""numba kernels for the SRU elementwise recurrence (CPU) and the autograd Functions around them.
+"""numba kernels for the SRU elementwise recurrence: the CPU backend of the fast path.
 
-``SRULayerFunction`` is one layer: ``U = x W`` (one torch GEMM for all time steps, columns of W
-reordered so that U is (T, B, D, K, H): each gate's row over the hidden units is contiguous), then
-the recurrence kernels; its backward runs the backward kernel and the two GEMMs, adding the highway
-gradient inside the GEMM (``addmm``). ``SRUFunction`` is the recurrence alone (for tests).
+A backend gives ``sru.SRULayerFunction`` (which runs the layer's GEMMs with torch) three things:
+``recurrence_forward``, ``recurrence_backward`` and ``empty`` (work buffers, here from a pool);
+``_sru_triton`` is the CUDA one. ``SRUFunction`` is the recurrence alone as an autograd Function
+(for tests).
 
 Kernel layout (C-contiguous): ``U`` (T, B, D, K, H); ``x`` (T, B, D, H), the layer input when
 K == 3 (highway input ``x * scale``; when K == 4 it is ``U[:, :, :, 3]``); ``weight_c`` / ``bias``
@@ -420,6 +420,11 @@ class _BufferPool:
 pool = _BufferPool(int(os.environ.get("DYNTC_SRU_POOL_MB", "2048")) << 20)
 
 
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A work buffer from the pool (`device` is always the CPU here)."""
+    return pool.empty(shape, dtype)
+
+
 def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
@@ -513,59 +518,3 @@ class SRUFunction(torch.autograd.Function):
     def backward(ctx, gh, gc_last):
         gU, gx, gwc, gbias, gc0 = recurrence_backward(ctx.saved_tensors, gh, gc_last)
         return gU, gx, gwc, gbias, gc0, None, None, None
-
-
-def layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, train: bool):
-    """One layer forward (see SRULayerFunction) -> h (T, B, D*H), c (B, D*H), and the tensors the
-    backward needs when `train` (else None). Called directly, without autograd, for inference."""
-    L, B, I = x.shape
-    # columns reordered from sru's (D, H, K) to (D, K, H): each gate's row is contiguous
-    wp = weight.detach().view(I, D, H, K).permute(0, 1, 3, 2).reshape(I, D * K * H)
-    x2 = x.detach().reshape(L * B, I)
-    U = pool.empty((L * B, D * K * H), x.dtype)
-    torch.mm(x2, wp, out=U)
-    U = U.view(L, B, D, K, H)
-    hw = (x if x_hw is None else x_hw) if K == 3 else None
-    h, c_last, saved = recurrence_forward(U, hw, scale, weight_c, bias, c0, mask_c, mask_pad, train)
-    h, c_last = h.view(L, B, D * H), c_last.view(B, D * H)
-    return h, c_last, ((x2, wp, *saved) if train else None)
-
-
-class SRULayerFunction(torch.autograd.Function):
-    """One SRU layer direction-stacked: the matrix product and the recurrence in one node, so that
-    the backward adds the highway gradient inside the GEMM (``addmm``) instead of in a separate pass.
-
-    ``(x (T, B, I), weight (I, D*H*K) in sru's layout, weight_c, bias, c0 (B, D, H), mask_c,
-    mask_pad, x_hw, scale, D, H, K) -> (h (T, B, D*H), c (B, D*H))``, where ``x_hw`` is the highway
-    input when it differs from ``x`` (pre-layer-norm: x = LN(x_hw)), else None."""
-
-    @staticmethod
-    def forward(ctx, x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K):
-        # (ctx.needs_input_grad does not see torch.no_grad(): callers use layer_forward for that)
-        h, c_last, saved = layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, True)
-        ctx.save_for_backward(*saved)
-        ctx.dims = (*x.shape, D, H, K)
-        ctx.hw_is_x = x_hw is None
-        return h, c_last
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, gh, gc_last):
-        x2, wp, *saved = ctx.saved_tensors
-        L, B, I, D, H, K = ctx.dims
-        gU, ghw, gwc, gbias, gc0 = recurrence_backward(saved, gh, gc_last)
-        gU2 = gU.view(L * B, D * K * H)
-        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        gx = gw = g_xhw = None
-        if need_x:
-            if ghw is not None and ctx.hw_is_x:
-                gx = ghw.view(L * B, I).addmm_(gU2, wp.t()).view(L, B, I)  # highway + GEMM grads
-            else:
-                gx = pool.empty((L * B, I), gU2.dtype)
-                torch.mm(gU2, wp.t(), out=gx)
-                gx = gx.view(L, B, I)
-        if ghw is not None and not ctx.hw_is_x and ctx.needs_input_grad[7]:
-            g_xhw = ghw.view(L, B, I)
-        if need_w:
-            gw = torch.mm(x2.t(), gU2).view(I, D, K, H).permute(0, 1, 3, 2).reshape(I, D * H * K)
-        return gx, gw, gwc, gbias, gc0, None, None, g_xhw, None, None, None, None

@@ -20,17 +20,20 @@ The backward direction (bidirectional) runs the same recurrence from t = T-1 dow
 
 Two implementations:
 
-* the **fast path** (CPU, float32/float64; default): per layer one ``torch.autograd.Function``
-  (``_sru_kernels.SRULayerFunction``): one torch GEMM for all time steps, then numba kernels for
-  the recurrence, forward and backward (gradients for U, v_f, v_r, b, c0 and the highway input;
-  the backward's two GEMMs are torch's, the highway gradient added inside one via ``addmm``).
-  Large work buffers are reused between calls. Backward gradients below 1e-30 in magnitude are
-  flushed to zero (they would be float32 denormals, ~100x slower on CPU). Not twice
-  differentiable.
+* the **fast path** (default): per layer one ``torch.autograd.Function`` (``SRULayerFunction``):
+  one torch GEMM for all time steps, then compiled kernels for the recurrence, forward and
+  backward (gradients for U, v_f, v_r, b, c0 and the highway input; the backward's two GEMMs are
+  torch's, the highway gradient added inside one via ``addmm``). The kernels come from a backend
+  chosen by the input's device: **CPU**: numba (``_sru_kernels``; float32/float64; large work
+  buffers reused between calls; backward gradients below 1e-30 flushed to zero, as float32
+  denormals are ~100x slower on CPU); **CUDA**: Triton (``_sru_triton``; float16/bfloat16/
+  float32/float64, state in float32 or float64; compiled and checked against the reference on a
+  tiny problem when first used). Not twice differentiable.
 * the **reference path**: plain PyTorch, a Python loop over time steps, device-agnostic: used on
-  CUDA (and other non-CPU devices), for dtypes other than float32/float64, when numba cannot be
-  imported (these three with a ``RuntimeWarning`` naming the reason), or when turned off with
-  ``DYNTC_SRU_FAST=0`` / ``dyntc.encoders.sru.USE_FAST = False`` / ``forward(..., fast=False)``.
+  other devices, for dtypes the backend does not take, when the backend's library (numba, triton)
+  cannot be imported or its self-test fails (these with a ``RuntimeWarning`` naming the reason),
+  or when turned off with ``DYNTC_SRU_FAST=0`` / ``dyntc.encoders.sru.USE_FAST = False`` /
+  ``forward(..., fast=False)``.
 """
 
 from __future__ import annotations
@@ -46,23 +49,49 @@ from torch import Tensor, nn
 
 __all__ = ["SRU", "SRULayer", "from_sru", "fast_path_status", "USE_FAST"]
 
-#: Module switch for the fast CPU path: ``None`` = follow ``$DYNTC_SRU_FAST`` (default on),
+#: Module switch for the fast path: ``None`` = follow ``$DYNTC_SRU_FAST`` (default on),
 #: ``True`` / ``False`` = force.
 USE_FAST: bool | None = None
 
-_kernels: Any = None  # the imported _sru_kernels module, once loaded
-_kernels_error: str | None = None  # why it could not be loaded
+# device type -> (backend module, the library it needs, the dtypes its kernels take)
+_BACKENDS: dict[str, tuple[str, str, tuple[torch.dtype, ...]]] = {
+    "cpu": ("dyntc.encoders._sru_kernels", "numba", (torch.float32, torch.float64)),
+    "cuda": ("dyntc.encoders._sru_triton", "triton", (torch.float16, torch.bfloat16, torch.float32, torch.float64)),
+}
+_loaded: dict[str, Any] = {}  # device type -> imported backend module
+_load_errors: dict[str, str] = {}  # device type -> why its backend could not be loaded
 
 
-def _load_kernels():
-    """Import the numba kernels (lazily: importing numba costs ~0.5 s). Returns the module or None."""
-    global _kernels, _kernels_error
-    if _kernels is None and _kernels_error is None:
+def _load_backend(device_type: str):
+    """Import the kernels for `device_type` (lazily: importing numba costs ~0.5 s, triton more).
+    On CUDA, also compile and run the Triton kernels once on a tiny problem, so that a GPU or
+    driver Triton cannot compile for is found here (and falls back) rather than mid-training.
+    Returns the module, or None with the reason in ``_load_errors``."""
+    if device_type not in _loaded and device_type not in _load_errors:
         try:
-            _kernels = importlib.import_module("dyntc.encoders._sru_kernels")
-        except Exception as exc:  # ImportError, or numba failing to initialise
-            _kernels_error = f"{type(exc).__name__}: {exc}"
-    return _kernels
+            module = importlib.import_module(_BACKENDS[device_type][0])
+            if device_type == "cuda":
+                _self_test(module, torch.device("cuda", torch.cuda.current_device()))
+            _loaded[device_type] = module
+        except Exception as exc:  # ImportError, numba failing to initialise, Triton failing to compile
+            _load_errors[device_type] = f"{type(exc).__name__}: {exc}"
+    return _loaded.get(device_type)
+
+
+def _self_test(backend, device: torch.device) -> None:
+    """A 2-step forward and backward through `backend` (compiles its kernels), checked against the
+    reference path."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2, 1, 4, generator=gen), torch.randn(4, 16, generator=gen)
+    wc, b, c0 = torch.randn(8, generator=gen), torch.randn(8, generator=gen), torch.zeros(1, 1, 4)
+    x, w, wc, b, c0 = (t.to(device).requires_grad_() for t in (x, w, wc, b, c0))
+    h, c = SRULayerFunction.apply(x, w, wc, b, c0, None, None, None, 1.0, 1, 4, 4, backend)
+    (gw,) = torch.autograd.grad(h.sum() + c.sum(), (w,))
+    h_ref, c_ref = _recurrence_reference(x.reshape(2, 4).mm(w), x, wc, b, c0, 4, False, None, None, None)
+    (gw_ref,) = torch.autograd.grad(h_ref.sum() + c_ref.sum(), (w,))
+    for ours, ref, what in ((h, h_ref, "output"), (gw, gw_ref, "weight gradient")):
+        if not torch.allclose(ours, ref, rtol=1e-4, atol=1e-5):
+            raise RuntimeError(f"self-test: the Triton kernels' {what} differs from the reference path")
 
 
 def _fast_enabled() -> bool:
@@ -72,17 +101,19 @@ def _fast_enabled() -> bool:
 
 
 def fast_path_status(x: Tensor | None = None) -> tuple[bool, str | None]:
-    """``(use_fast, reason)``: whether the fast path applies to input `x`, and if not, why
-    (``reason`` is None when the user turned it off, i.e. nothing to warn about)."""
+    """``(use_fast, reason)``: whether the fast path applies to input `x` (default: a CPU float32
+    tensor), and if not, why (``reason`` is None when the user turned it off: nothing to warn about)."""
     if not _fast_enabled():
         return False, None
-    if x is not None:
-        if x.device.type != "cpu":
-            return False, f"inputs are on {x.device.type} (the numba kernels are CPU-only)"
-        if x.dtype not in (torch.float32, torch.float64):
-            return False, f"dtype {x.dtype} is not supported by the numba kernels (float32/float64)"
-    if _load_kernels() is None:
-        return False, f"numba unavailable ({_kernels_error})"
+    device_type = "cpu" if x is None else x.device.type
+    if device_type not in _BACKENDS:
+        return False, f"inputs are on {device_type} (fast kernels exist for cpu (numba) and cuda (Triton))"
+    _, library, dtypes = _BACKENDS[device_type]
+    if x is not None and x.dtype not in dtypes:
+        names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
+        return False, f"dtype {x.dtype} is not supported by the {library} kernels on {device_type} ({names})"
+    if _load_backend(device_type) is None:
+        return False, f"{library} unavailable ({_load_errors[device_type]})"
     return True, None
 
 
@@ -95,6 +126,74 @@ def _use_fast_path(x: Tensor, fast: bool | None) -> bool:
     if reason is not None:
         warnings.warn(f"dyntc SRU: using the reference PyTorch path because {reason}", RuntimeWarning, stacklevel=3)
     return use
+
+
+def _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, train: bool):
+    """One layer forward on the fast path (see SRULayerFunction) -> h (T, B, D*H), c (B, D*H), and
+    the tensors the backward needs when `train` (else None). Called directly, without autograd,
+    for inference."""
+    L, B, I = x.shape
+    # columns reordered from sru's (D, H, K) to (D, K, H): each gate's row is contiguous
+    wp = weight.detach().view(I, D, H, K).permute(0, 1, 3, 2).reshape(I, D * K * H)
+    x2 = x.detach().reshape(L * B, I)
+    if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        U = torch.mm(x2, wp)  # in autocast's dtype (the Triton kernels take float16 / bfloat16)
+    else:
+        U = backend.empty((L * B, D * K * H), x.dtype, x.device)
+        torch.mm(x2, wp, out=U)
+    U = U.view(L, B, D, K, H)
+    hw = (x if x_hw is None else x_hw) if K == 3 else None
+    h, c_last, saved = backend.recurrence_forward(U, hw, scale, weight_c, bias, c0, mask_c, mask_pad, train)
+    h, c_last = h.view(L, B, D * H), c_last.view(B, D * H)
+    return h, c_last, ((x2, wp, *saved) if train else None)
+
+
+class SRULayerFunction(torch.autograd.Function):
+    """One SRU layer on the fast path, direction-stacked: the matrix product (torch) and the
+    recurrence (the backend's kernels) in one node, so that the backward adds the highway gradient
+    inside the GEMM (``addmm``) instead of in a separate pass.
+
+    ``(x (T, B, I), weight (I, D*H*K) in sru's layout, weight_c, bias, c0 (B, D, H), mask_c,
+    mask_pad, x_hw, scale, D, H, K, backend) -> (h (T, B, D*H), c (B, D*H))``, where ``x_hw`` is
+    the highway input when it differs from ``x`` (pre-layer-norm: x = LN(x_hw)), else None, and
+    ``backend`` the kernel module (``_sru_kernels`` or ``_sru_triton``). Not twice differentiable."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cuda")
+    def forward(ctx, x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend):
+        # (ctx.needs_input_grad does not see torch.no_grad(): callers use _layer_forward for that)
+        h, c_last, saved = _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, True)
+        ctx.save_for_backward(*saved)
+        ctx.dims = (*x.shape, D, H, K)
+        ctx.hw_is_x = x_hw is None
+        ctx.backend = backend
+        return h, c_last
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    @torch.amp.custom_bwd(device_type="cuda")
+    def backward(ctx, gh, gc_last):
+        x2, wp, *saved = ctx.saved_tensors
+        L, B, I, D, H, K = ctx.dims
+        backend = ctx.backend
+        gU, ghw, gwc, gbias, gc0 = backend.recurrence_backward(saved, gh, gc_last)
+        gU2 = gU.view(L * B, D * K * H)
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        gx = gw = g_xhw = None
+        if need_x:
+            if ghw is not None and ctx.hw_is_x and ghw.dtype == gU2.dtype == wp.dtype:
+                gx = ghw.view(L * B, I).addmm_(gU2, wp.t()).view(L, B, I)  # highway + GEMM grads
+            else:
+                gx = backend.empty((L * B, I), gU2.dtype, gU2.device)
+                torch.mm(gU2, wp.t().to(gU2.dtype), out=gx)
+                gx = gx.view(L, B, I)
+                if ghw is not None and ctx.hw_is_x:
+                    gx = gx + ghw.view(L, B, I)
+        if ghw is not None and not ctx.hw_is_x and ctx.needs_input_grad[7]:
+            g_xhw = ghw.view(L, B, I)
+        if need_w:
+            gw = torch.mm(x2.t().to(gU2.dtype), gU2).view(I, D, K, H).permute(0, 1, 3, 2).reshape(I, D * H * K)
+        return gx, gw, gwc, gbias, gc0, None, None, g_xhw, None, None, None, None, None
 
 
 class SRULayer(nn.Module):
@@ -192,11 +291,12 @@ class SRULayer(nn.Module):
             scale = float(self.scale_x.item()) if self.rescale else 1.0
             args = (input, self.weight, self.weight_c, self.bias, c0.reshape(batch, D, H), mask_c, mask_pad,
                     residual if self.layer_norm is not None else None, scale, D, H, K)  # fmt: skip
+            backend = _loaded[input.device.type]
             if torch.is_grad_enabled() and any(
                 t.requires_grad for t in (input, residual, c0, self.weight, self.weight_c, self.bias)
             ):
-                return _kernels.SRULayerFunction.apply(*args)
-            h, c, _ = _kernels.layer_forward(*args, False)  # inference: no autograd node, nothing saved
+                return SRULayerFunction.apply(*args, backend)
+            h, c, _ = _layer_forward(*args, backend, False)  # inference: no autograd node, nothing saved
             return h, c
         U = input.reshape(-1, self.input_size).mm(self.weight)
         return _recurrence_reference(

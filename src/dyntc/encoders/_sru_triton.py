@@ -1,0 +1,249 @@
+"""Triton kernels for the SRU elementwise recurrence (CUDA): the GPU backend of the fast path.
+
+Same semantics and array layout as the numba backend (``_sru_kernels``): ``U`` (T, B, D, K, H)
+C-contiguous, each gate's row over the hidden units contiguous; ``x`` (T, B, D, H) the highway
+input when K == 3 (times ``scale``), ``U[:, :, :, 3]`` when K == 4; ``weight_c`` / ``bias``
+(2, D, H); ``c0`` and the dropout mask (B, D, H); ``pad`` (T, B). Direction d == 1 runs backwards
+in time.
+
+One program per (row (b, d), block of hidden units) walks the row's time steps in order, as
+``sru``'s CUDA kernel does: rows and hidden units are independent, time is sequential. Loads of
+``U[t]`` are contiguous over the hidden block. Arithmetic is float32 (float64 for float64 inputs);
+float16 / bfloat16 inputs (autocast) are read and written in their own dtype, the state is kept in
+float32.
+
+Unlike the CPU kernels, the training forward saves only the states: ``c_hist[s]`` is the state
+after ``s`` steps of the direction's own time order (``c_hist[0] = c0``), so the backward reads
+c_{t-1} and c_t without branching on the first step, and recomputes the gates (cheap on a GPU,
+and it halves the saved memory). The parameter gradients are summed per row in registers and
+reduced over the batch by torch.
+
+Tested without a GPU: ``TRITON_INTERPRET=1`` runs these kernels on CPU tensors (numerical
+equivalence with the reference path, tests/test_sru_triton.py), and ``triton.compile`` builds them
+for sm_80 / sm_90 from the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Triton 3.9 warns that its default (FMA contraction on) will change; keep it, and say so explicitly
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+__all__ = ["recurrence_forward", "recurrence_backward", "empty"]
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _forward_kernel(
+    U, X, WC, BIAS, C0, MC, PAD, H_OUT, C_LAST, C_HIST,
+    SCALE, L, B, D, H,
+    K4: tl.constexpr, HAS_MASK: tl.constexpr, HAS_PAD: tl.constexpr, TRAIN: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    n = tl.program_id(0)  # row (b, d)
+    b = n // D
+    d = n - b * D
+    j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    inside = j < H
+    if K4:
+        K = 4
+    else:
+        K = 3
+    c = tl.load(C0 + n * H + j, mask=inside, other=0.0)  # the compute dtype (float32 / float64)
+    vf = tl.load(WC + d * H + j, mask=inside, other=0.0)
+    vr = tl.load(WC + (D + d) * H + j, mask=inside, other=0.0)
+    bf = tl.load(BIAS + d * H + j, mask=inside, other=0.0)
+    br = tl.load(BIAS + (D + d) * H + j, mask=inside, other=0.0)
+    if HAS_MASK:
+        m = tl.load(MC + n * H + j, mask=inside, other=0.0)
+    else:
+        m = tl.full([BLOCK_H], 1.0, C0.dtype.element_ty)
+    scale = tl.load(SCALE)
+    for s in range(L):
+        t = s + d * (L - 1 - 2 * s)  # d == 1: t = L - 1 - s
+        row = (t * B + b).to(tl.int64) * D + d  # (t, b, d)
+        u = U + row * K * H + j
+        u0 = tl.load(u, mask=inside, other=0.0).to(c.dtype)
+        fg = _sigmoid(tl.load(u + H, mask=inside, other=0.0).to(c.dtype) + vf * c + bf)
+        rg = _sigmoid(tl.load(u + 2 * H, mask=inside, other=0.0).to(c.dtype) + vr * c + br)
+        if K4:
+            xv = tl.load(u + 3 * H, mask=inside, other=0.0).to(c.dtype)
+        else:
+            xv = tl.load(X + row * H + j, mask=inside, other=0.0).to(c.dtype) * scale
+        cn = (c - u0) * fg + u0
+        hv = (cn - xv) * m * rg + xv
+        if HAS_PAD:
+            padded = tl.load(PAD + t * B + b) != 0
+            cn = tl.where(padded, c, cn)
+            hv = tl.where(padded, 0.0, hv)
+        tl.store(H_OUT + row * H + j, hv.to(H_OUT.dtype.element_ty), mask=inside)
+        if TRAIN:
+            tl.store(C_HIST + ((s + 1) * B * D + n).to(tl.int64) * H + j, cn, mask=inside)
+        c = cn
+    tl.store(C_LAST + n * H + j, c, mask=inside)
+
+
+@triton.jit
+def _backward_kernel(
+    U, X, WC, BIAS, MC, PAD, C_HIST, GH, GC_LAST, GU, GX, GC0, GPARAM,
+    SCALE, L, B, D, H,
+    K4: tl.constexpr, HAS_MASK: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    """GPARAM (B, 4, D, H) in the compute dtype: per-row sums of the gradients of v_f, v_r, b_f, b_r."""
+    n = tl.program_id(0)
+    b = n // D
+    d = n - b * D
+    j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    inside = j < H
+    if K4:
+        K = 4
+    else:
+        K = 3
+    gc = tl.load(GC_LAST + n * H + j, mask=inside, other=0.0)  # dL/dc_t, carried backwards
+    vf = tl.load(WC + d * H + j, mask=inside, other=0.0)
+    vr = tl.load(WC + (D + d) * H + j, mask=inside, other=0.0)
+    bf = tl.load(BIAS + d * H + j, mask=inside, other=0.0)
+    br = tl.load(BIAS + (D + d) * H + j, mask=inside, other=0.0)
+    if HAS_MASK:
+        m = tl.load(MC + n * H + j, mask=inside, other=0.0)
+    else:
+        m = tl.full([BLOCK_H], 1.0, GC0.dtype.element_ty)
+    scale = tl.load(SCALE)
+    g_vf = tl.full([BLOCK_H], 0.0, gc.dtype)
+    g_vr = tl.full([BLOCK_H], 0.0, gc.dtype)
+    g_bf = tl.full([BLOCK_H], 0.0, gc.dtype)
+    g_br = tl.full([BLOCK_H], 0.0, gc.dtype)
+    for s_back in range(L):
+        s = L - 1 - s_back  # step index in the direction's forward order
+        t = s + d * (L - 1 - 2 * s)
+        row = (t * B + b).to(tl.int64) * D + d
+        u = U + row * K * H + j
+        cp = tl.load(C_HIST + (s * B * D + n).to(tl.int64) * H + j, mask=inside, other=0.0)  # c_{t-1}
+        ct = tl.load(C_HIST + ((s + 1) * B * D + n).to(tl.int64) * H + j, mask=inside, other=0.0)
+        u0 = tl.load(u, mask=inside, other=0.0).to(gc.dtype)
+        fg = _sigmoid(tl.load(u + H, mask=inside, other=0.0).to(gc.dtype) + vf * cp + bf)
+        rg = _sigmoid(tl.load(u + 2 * H, mask=inside, other=0.0).to(gc.dtype) + vr * cp + br)
+        if K4:
+            xv = tl.load(u + 3 * H, mask=inside, other=0.0).to(gc.dtype)
+        else:
+            xv = tl.load(X + row * H + j, mask=inside, other=0.0).to(gc.dtype) * scale
+        gh = tl.load(GH + row * H + j, mask=inside, other=0.0).to(gc.dtype)
+        gct = gc + gh * m * rg  # dL/dc_t
+        grp = gh * (ct - xv) * m * (rg * (1.0 - rg))  # dL/d(reset pre-activation)
+        gxv = gh * (1.0 - m * rg)  # dL/d(highway input)
+        gfp = gct * (cp - u0) * (fg * (1.0 - fg))  # dL/d(forget pre-activation)
+        g0 = gct * (1.0 - fg)
+        gcn = gct * fg + gfp * vf + grp * vr  # dL/dc_{t-1}
+        if HAS_PAD:
+            live = tl.load(PAD + t * B + b) == 0
+            grp = tl.where(live, grp, 0.0)
+            gxv = tl.where(live, gxv, 0.0)
+            gfp = tl.where(live, gfp, 0.0)
+            g0 = tl.where(live, g0, 0.0)
+            gcn = tl.where(live, gcn, gc)  # padding carries c unchanged
+        gu = GU + row * K * H + j
+        tl.store(gu, g0.to(GU.dtype.element_ty), mask=inside)
+        tl.store(gu + H, gfp.to(GU.dtype.element_ty), mask=inside)
+        tl.store(gu + 2 * H, grp.to(GU.dtype.element_ty), mask=inside)
+        if K4:
+            tl.store(gu + 3 * H, gxv.to(GU.dtype.element_ty), mask=inside)
+        else:
+            tl.store(GX + row * H + j, (gxv * scale).to(GX.dtype.element_ty), mask=inside)
+        g_vf += gfp * cp
+        g_vr += grp * cp
+        g_bf += gfp
+        g_br += grp
+        gc = gcn
+    tl.store(GC0 + n * H + j, gc, mask=inside)
+    gp = GPARAM + (b * 4 * D + d) * H + j  # (b, i, d, j) = gp + i * D * H
+    tl.store(gp, g_vf, mask=inside)
+    tl.store(gp + D * H, g_vr, mask=inside)
+    tl.store(gp + 2 * D * H, g_bf, mask=inside)
+    tl.store(gp + 3 * D * H, g_br, mask=inside)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _launch_shape(rows: int, H: int) -> tuple[tuple[int, int], int]:
+    """(grid, BLOCK_H): one warp per 32 hidden units of a row, as many programs as sru's CUDA
+    kernel has threads / 32 (B * D * H / 32)."""
+    block = min(32, triton.next_power_of_2(max(H, 1)))
+    return (rows, triton.cdiv(H, block)), block
+
+
+def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Work buffers: the CUDA caching allocator already reuses memory, no pool needed."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train: bool):
+    """As ``_sru_kernels.recurrence_forward``: U (T, B, D, K, H) -> h (T, B, D, H) in U's dtype,
+    c_last (B, D, H) in the compute dtype, and what the backward needs when `train` (else None)."""
+    L, B, D, K, H = U.shape
+    dev = U.device
+    cd = _compute_dtype(U.dtype)
+    k4 = K == 4
+    U = U.detach().contiguous()
+    x = U if k4 else x.detach().reshape(L, B, D, H).contiguous()  # (unused when k4)
+    wc = weight_c.detach().to(cd).reshape(2, D, H).contiguous()
+    bs = bias.detach().to(cd).reshape(2, D, H).contiguous()
+    c0 = c0.detach().to(cd).reshape(B, D, H).contiguous()
+    mc = c0 if mask_c is None else mask_c.detach().to(cd).reshape(B, D, H).contiguous()  # (unused if None)
+    pad = c0 if mask_pad is None else mask_pad.to(device=dev, dtype=torch.uint8).contiguous()
+    sc = torch.full((1,), 1.0 if k4 else float(scale), dtype=cd, device=dev)
+    h = torch.empty((L, B, D, H), dtype=U.dtype, device=dev)
+    c_last = torch.empty((B, D, H), dtype=cd, device=dev)
+    c_hist = torch.empty((L + 1, B, D, H), dtype=cd, device=dev) if train else c_last
+    if train:
+        c_hist[0] = c0
+    if L == 0 or B == 0 or H == 0:
+        c_last.copy_(c0)
+    else:
+        grid, block = _launch_shape(B * D, H)
+        _forward_kernel[grid](
+            U, x, wc, bs, c0, mc, pad, h, c_last, c_hist, sc, L, B, D, H,
+            K4=k4, HAS_MASK=mask_c is not None, HAS_PAD=mask_pad is not None, TRAIN=train, BLOCK_H=block,
+            num_warps=1,
+        )  # fmt: skip
+    if not train:
+        return h, c_last, None
+    flags = torch.tensor([mask_c is not None, mask_pad is not None])
+    return h, c_last, (U, x, wc, bs, mc, pad, c_hist, sc, flags)
+
+
+def recurrence_backward(saved, gh, gc_last):
+    """-> gU (T, B, D, K, H), gx (T, B, D, H) or None when K == 4, g_weight_c (2DH), g_bias (2DH),
+    g_c0 (B, D, H)."""
+    U, x, wc, bs, mc, pad, c_hist, sc, flags = saved
+    L, B, D, K, H = U.shape
+    dev = U.device
+    cd = c_hist.dtype
+    k4 = K == 4
+    gh = torch.zeros((L, B, D, H), dtype=U.dtype, device=dev) if gh is None else gh.reshape(L, B, D, H).contiguous()
+    gc_last = torch.zeros((B, D, H), dtype=cd, device=dev) if gc_last is None else gc_last.to(cd).reshape(B, D, H).contiguous()
+    gU = torch.empty_like(U)
+    gx = gU if k4 else torch.empty((L, B, D, H), dtype=x.dtype, device=dev)
+    gc0 = torch.empty((B, D, H), dtype=cd, device=dev)
+    gparam = torch.zeros((B, 4, D, H), dtype=cd, device=dev)
+    has_mask, has_pad = (bool(f) for f in flags.tolist())
+    if L == 0 or B == 0 or H == 0:
+        gc0.copy_(gc_last)
+    else:
+        grid, block = _launch_shape(B * D, H)
+        _backward_kernel[grid](
+            U, x, wc, bs, mc, pad, c_hist, gh, gc_last, gU, gx, gc0, gparam, sc, L, B, D, H,
+            K4=k4, HAS_MASK=has_mask, HAS_PAD=has_pad, BLOCK_H=block, num_warps=1,
+        )  # fmt: skip
+    gp = gparam.sum(dim=0)  # (4, D, H)
+    return gU, (None if k4 else gx), gp[:2].reshape(-1), gp[2:].reshape(-1), gc0
