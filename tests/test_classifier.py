@@ -98,11 +98,31 @@ def test_not_fitted():
         ({}, ["a b"] * 10, ["x"] * 10, "at least 2 labels"),
         ({}, ["a b"] * 10, ["x", 1] * 5, r"labels\[1\] is 1"),
         ({}, [], [], "empty"),
+        ({"encoder_options": {"hidden_size": -3}}, ["a b"] * 10, ["x", "y"] * 5,
+         r"hidden_size must be an integer >= 1, got -3 \(encoder='sru', encoder_options="),
+        ({"encoder_options": {"hiden_size": 3}}, ["a b"] * 10, ["x", "y"] * 5, r"options \['hiden_size'\] do not apply"),
+        ({"encoder_options": {"dropout": "high"}}, ["a b"] * 10, ["x", "y"] * 5, "dropout must be in"),
+        ({"encoder_options": {"max_len": 2.5}}, ["a b"] * 10, ["x", "y"] * 5, "max_len must be an integer"),
     ],
 )
 def test_fit_rejects_bad_input(kwargs, texts, labels, match):
     with pytest.raises(DyntcError, match=match):
         DynamicClassifier(**{**SMALL, **kwargs}).fit(texts, labels)
+
+
+def test_fit_and_fine_tune_featurize_each_text_once(clinc, monkeypatch):
+    """The episodes and the prototypes share one featurization (costly for pretrained backbones)."""
+    from dyntc.encoders.glove_sru import GloveSRUEncoder
+
+    seen: list[int] = []
+    original = GloveSRUEncoder.featurize
+    monkeypatch.setattr(GloveSRUEncoder, "featurize", lambda self, texts: seen.append(len(texts)) or original(self, texts))
+    texts, labels = _flat(clinc["train"], OLD[:3])
+    clf = DynamicClassifier(**{**SMALL, "episodes": 3}).fit(texts, labels)
+    assert sum(seen) == len(texts)
+    seen.clear()
+    clf.fine_tune(episodes=2)
+    assert sum(seen) == len(texts)
 
 
 def test_fit_dev_labels_must_be_known():

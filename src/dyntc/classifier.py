@@ -209,6 +209,12 @@ class DynamicClassifier:
              f"encoder_options must be a dict or None, got {type(self.encoder_options).__name__}")
         need(isinstance(self.seed, int), f"seed must be an integer, got {self.seed!r}")
         self._check_device()
+        from dyntc.encoders import check_encoder_options
+
+        try:
+            check_encoder_options(self.encoder, **self._encoder_options())
+        except DyntcError as exc:
+            raise DyntcError(f"{exc} (encoder={self.encoder!r}, encoder_options={self.encoder_options!r})") from None
 
     def _check_device(self) -> torch.device:
         from dyntc.training import check_device
@@ -269,7 +275,8 @@ class DynamicClassifier:
         torch.manual_seed(self.seed)
         encoder = create_encoder(self.encoder, texts, **self._encoder_options())
         model = PrototypicalNetwork(encoder, self.metric)
-        train = Encoded.of(encoder, *self._restrict(texts, labels, episodic), episodic)
+        items = encoder.featurize(texts)  # once, for the episodes and the prototypes
+        train = self._encoded(items, labels, episodic)
         dev_set = None
         if dev_pair is not None:
             dev_set = Encoded.of(encoder, *self._restrict(*dev_pair, episodic), episodic)
@@ -278,7 +285,7 @@ class DynamicClassifier:
         self.train_result_ = train_prototypical(model, train, dev_set, self._train_config(self.episodes, self.lr))
         model.eval()
         self.model_ = model
-        self._install_support(texts, labels)
+        self._install_support(texts, labels, items)
         return self
 
     def fine_tune(
@@ -321,7 +328,8 @@ class DynamicClassifier:
         episodic = self._episodic_classes(pool_labels, self.classes_)
         self._maybe_extend_vocab(new_texts)
         model = self.model_
-        train = Encoded.of(model.encoder, *self._restrict(pool_texts, pool_labels, episodic), episodic)
+        items = model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
+        train = self._encoded(items, pool_labels, episodic)
         dev_pair = self._check_dev(dev, self.classes_)
         dev_set = None
         if dev_pair is not None:
@@ -332,7 +340,7 @@ class DynamicClassifier:
         model.eval()
         if add_to_support and new_texts:
             all_texts, all_labels = pool_texts, pool_labels
-        self._install_support(all_texts, all_labels)
+        self._install_support(all_texts, all_labels, items[: len(all_texts)])
         return self
 
     def _check_dev(self, dev, classes: Sequence[str]) -> tuple[list[str], list[str]] | None:
@@ -377,6 +385,15 @@ class DynamicClassifier:
         return eligible
 
     @staticmethod
+    def _encoded(items: list, labels: Sequence[str], classes: Sequence[str]):
+        """The examples of `classes` among already featurized (`items`, `labels`), as a training set."""
+        from dyntc.training import Encoded
+
+        index = {c: i for i, c in enumerate(classes)}
+        keep = [i for i, y in enumerate(labels) if y in index]
+        return Encoded([items[i] for i in keep], np.array([index[labels[i]] for i in keep], dtype=np.int64), list(classes))
+
+    @staticmethod
     def _restrict(texts: Sequence[str], labels: Sequence[str], classes: Sequence[str]) -> tuple[list[str], list[str]]:
         keep = set(classes)
         pairs = [(t, y) for t, y in zip(texts, labels) if y in keep]
@@ -409,14 +426,16 @@ class DynamicClassifier:
             model.to(device)
         return model
 
-    def _embed(self, texts: Sequence[str]) -> torch.Tensor:
-        """Points of `texts` in the metric space, ``(n, dim)`` float32 on the CPU, no gradient."""
+    def _embed(self, texts: Sequence[str], items: list | None = None) -> torch.Tensor:
+        """Points of `texts` (or of their `items`, already featurized) in the metric space,
+        ``(n, dim)`` float32 on the CPU, no gradient."""
         from dyntc.training import embed_points
 
         model = self._model_on_device()
         if not texts:
             return torch.zeros(0, self._dim())
-        items = model.encoder.featurize(texts)
+        if items is None:
+            items = model.encoder.featurize(texts)
         with torch.inference_mode():
             return embed_points(model, items, self.batch_size).float().cpu()
 
@@ -454,8 +473,8 @@ class DynamicClassifier:
             del self._prototypes[gone]
         self._matrix = None
 
-    def _install_support(self, texts: Sequence[str], labels: Sequence[str]) -> None:
-        points = self._embed(texts)
+    def _install_support(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None) -> None:
+        points = self._embed(texts, items)
         groups: dict[str, list[int]] = {}
         for i, y in enumerate(labels):
             groups.setdefault(y, []).append(i)
@@ -471,15 +490,12 @@ class DynamicClassifier:
             self._matrix = torch.stack([self._prototypes[c] for c in self.classes_])
         return self._matrix
 
-    def _sq_distances(self, points: torch.Tensor) -> torch.Tensor:
-        protos = self._prototype_matrix()
-        if self.model_.metric == "hyperbolic":
-            from dyntc.geometry import lorentz
-
-            return lorentz.sq_distance_matrix(points.double(), protos.double()).float()
-        from dyntc.geometry import euclidean
-
-        return euclidean.sq_distance_matrix(points, protos)
+    def _sq_distances(self, points: torch.Tensor, protos: torch.Tensor | None = None) -> torch.Tensor:
+        """Squared distances from `points` to `protos` (default: every label's prototype)."""
+        protos = self._prototype_matrix() if protos is None else protos
+        if self.model_.metric == "hyperbolic":  # float64: float32 hyperboloid coordinates lose small distances
+            return self.model_.sq_distances(points.double(), protos.double()).float()
+        return self.model_.sq_distances(points, protos)
 
     # ------------------------------------------------------------------ prediction
 
@@ -602,15 +618,7 @@ class DynamicClassifier:
         if reassign:
             names = list(new_sets)
             protos = torch.stack([p for p in self._means(names).values()])
-            if self.model_.metric == "hyperbolic":
-                from dyntc.geometry import lorentz
-
-                d2 = lorentz.sq_distance_matrix(old.points.double(), protos.double())
-            else:
-                from dyntc.geometry import euclidean
-
-                d2 = euclidean.sq_distance_matrix(old.points, protos)
-            nearest = d2.argmin(1)
+            nearest = self._sq_distances(old.points, protos).argmin(1)
             for j, new in enumerate(names):
                 idx = torch.nonzero(nearest == j).flatten()
                 if len(idx):

@@ -27,10 +27,11 @@ class GloveSRUConfig:
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "max_len", "min_count"):
-            if getattr(self, name) < 1:
-                raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise DyntcError(f"dropout must be in [0, 1), got {self.dropout}")
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise DyntcError(f"{name} must be an integer >= 1, got {value!r}")
+        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
+            raise DyntcError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 
 class GloveSRUEncoder(TextEncoder):
