@@ -43,22 +43,37 @@ def _sigmoid(x):
 
 
 @triton.jit
-def _forward_kernel(
-    U, X, WC, BIAS, C0, MC, PAD, H_OUT, C_LAST, C_HIST,
-    SCALE, L, B, D, H,
-    K4: tl.constexpr, HAS_MASK: tl.constexpr, HAS_PAD: tl.constexpr, TRAIN: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-):  # fmt: skip
-    n = tl.program_id(0)  # row (b, d)
+def _program_position(D, H, BLOCK_H: tl.constexpr):
+    """This program's row n = (b, d) and its block j of hidden units (`inside`: j < H)."""
+    n = tl.program_id(0)
     b = n // D
     d = n - b * D
     j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    inside = j < H
+    return n, b, d, j, j < H
+
+
+@triton.jit
+def _step_gates(U, X, row, j, inside, H, c_prev, vf, vr, bf, br, scale, K4: tl.constexpr):
+    """One time step's u0 (U's first column), forget and reset gates and highway input for
+    row = (t, b, d) (int64), from c_{t-1}, in c_prev's dtype (the compute dtype)::
+
+        f = sigmoid(U1 + v_f c_{t-1} + b_f),  r = sigmoid(U2 + v_r c_{t-1} + b_r),
+        x' = U3 (K == 4) or x * scale (K == 3)
+    """
+    u = U + row * (3 + K4) * H + j
+    u0 = tl.load(u, mask=inside, other=0.0).to(c_prev.dtype)
+    fg = _sigmoid(tl.load(u + H, mask=inside, other=0.0).to(c_prev.dtype) + vf * c_prev + bf)
+    rg = _sigmoid(tl.load(u + 2 * H, mask=inside, other=0.0).to(c_prev.dtype) + vr * c_prev + br)
     if K4:
-        K = 4
+        xv = tl.load(u + 3 * H, mask=inside, other=0.0).to(c_prev.dtype)
     else:
-        K = 3
-    c = tl.load(C0 + n * H + j, mask=inside, other=0.0)  # the compute dtype (float32 / float64)
+        xv = tl.load(X + row * H + j, mask=inside, other=0.0).to(c_prev.dtype) * scale
+    return u0, fg, rg, xv
+
+
+@triton.jit
+def _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK: tl.constexpr):
+    """v_f, v_r, b_f, b_r and the dropout mask (ones without one) of row n = (b, d), hidden units j."""
     vf = tl.load(WC + d * H + j, mask=inside, other=0.0)
     vr = tl.load(WC + (D + d) * H + j, mask=inside, other=0.0)
     bf = tl.load(BIAS + d * H + j, mask=inside, other=0.0)
@@ -66,19 +81,25 @@ def _forward_kernel(
     if HAS_MASK:
         m = tl.load(MC + n * H + j, mask=inside, other=0.0)
     else:
-        m = tl.full([BLOCK_H], 1.0, C0.dtype.element_ty)
+        m = vf * 0.0 + 1.0
+    return vf, vr, bf, br, m
+
+
+@triton.jit
+def _forward_kernel(
+    U, X, WC, BIAS, C0, MC, PAD, H_OUT, C_LAST, C_HIST,
+    SCALE, L, B, D, H,
+    K4: tl.constexpr, HAS_MASK: tl.constexpr, HAS_PAD: tl.constexpr, TRAIN: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):  # fmt: skip
+    n, b, d, j, inside = _program_position(D, H, BLOCK_H)
+    c = tl.load(C0 + n * H + j, mask=inside, other=0.0)  # the compute dtype (float32 / float64)
+    vf, vr, bf, br, m = _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK)
     scale = tl.load(SCALE)
     for s in range(L):
         t = s + d * (L - 1 - 2 * s)  # d == 1: t = L - 1 - s
         row = (t * B + b).to(tl.int64) * D + d  # (t, b, d)
-        u = U + row * K * H + j
-        u0 = tl.load(u, mask=inside, other=0.0).to(c.dtype)
-        fg = _sigmoid(tl.load(u + H, mask=inside, other=0.0).to(c.dtype) + vf * c + bf)
-        rg = _sigmoid(tl.load(u + 2 * H, mask=inside, other=0.0).to(c.dtype) + vr * c + br)
-        if K4:
-            xv = tl.load(u + 3 * H, mask=inside, other=0.0).to(c.dtype)
-        else:
-            xv = tl.load(X + row * H + j, mask=inside, other=0.0).to(c.dtype) * scale
+        u0, fg, rg, xv = _step_gates(U, X, row, j, inside, H, c, vf, vr, bf, br, scale, K4)
         cn = (c - u0) * fg + u0
         hv = (cn - xv) * m * rg + xv
         if HAS_PAD:
@@ -99,24 +120,9 @@ def _backward_kernel(
     K4: tl.constexpr, HAS_MASK: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     """GPARAM (B, 4, D, H) in the compute dtype: per-row sums of the gradients of v_f, v_r, b_f, b_r."""
-    n = tl.program_id(0)
-    b = n // D
-    d = n - b * D
-    j = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    inside = j < H
-    if K4:
-        K = 4
-    else:
-        K = 3
+    n, b, d, j, inside = _program_position(D, H, BLOCK_H)
     gc = tl.load(GC_LAST + n * H + j, mask=inside, other=0.0)  # dL/dc_t, carried backwards
-    vf = tl.load(WC + d * H + j, mask=inside, other=0.0)
-    vr = tl.load(WC + (D + d) * H + j, mask=inside, other=0.0)
-    bf = tl.load(BIAS + d * H + j, mask=inside, other=0.0)
-    br = tl.load(BIAS + (D + d) * H + j, mask=inside, other=0.0)
-    if HAS_MASK:
-        m = tl.load(MC + n * H + j, mask=inside, other=0.0)
-    else:
-        m = tl.full([BLOCK_H], 1.0, GC0.dtype.element_ty)
+    vf, vr, bf, br, m = _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK)
     scale = tl.load(SCALE)
     g_vf = tl.full([BLOCK_H], 0.0, gc.dtype)
     g_vr = tl.full([BLOCK_H], 0.0, gc.dtype)
@@ -126,16 +132,9 @@ def _backward_kernel(
         s = L - 1 - s_back  # step index in the direction's forward order
         t = s + d * (L - 1 - 2 * s)
         row = (t * B + b).to(tl.int64) * D + d
-        u = U + row * K * H + j
         cp = tl.load(C_HIST + (s * B * D + n).to(tl.int64) * H + j, mask=inside, other=0.0)  # c_{t-1}
         ct = tl.load(C_HIST + ((s + 1) * B * D + n).to(tl.int64) * H + j, mask=inside, other=0.0)
-        u0 = tl.load(u, mask=inside, other=0.0).to(gc.dtype)
-        fg = _sigmoid(tl.load(u + H, mask=inside, other=0.0).to(gc.dtype) + vf * cp + bf)
-        rg = _sigmoid(tl.load(u + 2 * H, mask=inside, other=0.0).to(gc.dtype) + vr * cp + br)
-        if K4:
-            xv = tl.load(u + 3 * H, mask=inside, other=0.0).to(gc.dtype)
-        else:
-            xv = tl.load(X + row * H + j, mask=inside, other=0.0).to(gc.dtype) * scale
+        u0, fg, rg, xv = _step_gates(U, X, row, j, inside, H, cp, vf, vr, bf, br, scale, K4)  # recomputed
         gh = tl.load(GH + row * H + j, mask=inside, other=0.0).to(gc.dtype)
         gct = gc + gh * m * rg  # dL/dc_t
         grp = gh * (ct - xv) * m * (rg * (1.0 - rg))  # dL/d(reset pre-activation)
@@ -150,7 +149,7 @@ def _backward_kernel(
             gfp = tl.where(live, gfp, 0.0)
             g0 = tl.where(live, g0, 0.0)
             gcn = tl.where(live, gcn, gc)  # padding carries c unchanged
-        gu = GU + row * K * H + j
+        gu = GU + row * (3 + K4) * H + j
         tl.store(gu, g0.to(GU.dtype.element_ty), mask=inside)
         tl.store(gu + H, gfp.to(GU.dtype.element_ty), mask=inside)
         tl.store(gu + 2 * H, grp.to(GU.dtype.element_ty), mask=inside)
