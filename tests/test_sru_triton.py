@@ -162,7 +162,9 @@ def test_cuda_dispatch_reasons(monkeypatch):
 
 def test_self_test_rejects_wrong_kernels(interpreted, monkeypatch):
     """A backend whose kernels compute something else is refused by the self-test."""
-    dsru._self_test(interpreted, torch.device("cpu"))  # the real kernels pass
+    dsru._self_test(interpreted, torch.device("cpu"))  # the real kernels pass, also when first used
+    with torch.inference_mode():  # for inference
+        dsru._self_test(interpreted, torch.device("cpu"))
     broken = types.SimpleNamespace(**vars(interpreted))
 
     def wrong_forward(*args, **kwargs):

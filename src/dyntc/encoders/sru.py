@@ -80,7 +80,13 @@ def _load_backend(device_type: str):
 
 def _self_test(backend, device: torch.device) -> None:
     """A 2-step forward and backward through `backend` (compiles its kernels), checked against the
-    reference path."""
+    reference path. Runs with gradients on, whatever the caller's mode (the first use is often
+    under ``torch.no_grad()`` / ``inference_mode``) and without autocast."""
+    with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        _self_test_run(backend, device)
+
+
+def _self_test_run(backend, device: torch.device) -> None:
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(2, 1, 4, generator=gen), torch.randn(4, 16, generator=gen)
     wc, b, c0 = torch.randn(8, generator=gen), torch.randn(8, generator=gen), torch.zeros(1, 1, 4)
