@@ -152,6 +152,10 @@ def test_bad_paths_and_options(tmp_path):
         create_encoder("minilm", [], mode="lora")
     with pytest.raises(DyntcError, match="exceeds"):
         create_encoder("minilm", [], max_len=4096)
+    for option, match in [({"dropout": "high"}, "dropout must be"), ({"backbone_lr": "x"}, "backbone_lr must be"),
+                          ({"hidden_size": True}, "hidden_size must be an integer")]:  # fmt: skip
+        with pytest.raises(DyntcError, match=match):
+            create_encoder("minilm", [], **option)
     with pytest.raises(DyntcError, match="unknown encoder"):
         create_encoder(str(tmp_path / "missing"), [])
 

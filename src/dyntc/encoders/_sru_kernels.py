@@ -453,8 +453,7 @@ def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train:
     L, B, D, K, H = U.shape
     dtype = U.dtype
     k4 = K == 4
-    if k4:
-        scale = 1.0
+    scale = 1.0 if k4 else float(scale)  # (a float or a one-element tensor)
     U = U.detach().contiguous()
     x = torch.empty((1, 1, 1, 1), dtype=dtype) if k4 else x.detach().to(dtype).reshape(L, B, D, H).contiguous()
     wc = weight_c.detach().to(dtype).reshape(2, D, H).contiguous()

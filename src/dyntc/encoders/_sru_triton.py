@@ -25,6 +25,7 @@ for sm_80 / sm_90 from the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 # Triton 3.9 warns that its default (FMA contraction on) will change; keep it, and say so explicitly
@@ -72,7 +73,7 @@ def _step_gates(U, X, row, j, inside, H, c_prev, vf, vr, bf, br, scale, K4: tl.c
 
 
 @triton.jit
-def _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK: tl.constexpr):
+def _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK: tl.constexpr, BLOCK_H: tl.constexpr):
     """v_f, v_r, b_f, b_r and the dropout mask (ones without one) of row n = (b, d), hidden units j."""
     vf = tl.load(WC + d * H + j, mask=inside, other=0.0)
     vr = tl.load(WC + (D + d) * H + j, mask=inside, other=0.0)
@@ -81,11 +82,11 @@ def _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK: tl.constexpr)
     if HAS_MASK:
         m = tl.load(MC + n * H + j, mask=inside, other=0.0)
     else:
-        m = vf * 0.0 + 1.0
+        m = tl.full([BLOCK_H], 1.0, WC.dtype.element_ty)
     return vf, vr, bf, br, m
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "B"])  # batch shapes vary: one compiled kernel for all
 def _forward_kernel(
     U, X, WC, BIAS, C0, MC, PAD, H_OUT, C_LAST, C_HIST,
     SCALE, L, B, D, H,
@@ -94,7 +95,7 @@ def _forward_kernel(
 ):  # fmt: skip
     n, b, d, j, inside = _program_position(D, H, BLOCK_H)
     c = tl.load(C0 + n * H + j, mask=inside, other=0.0)  # the compute dtype (float32 / float64)
-    vf, vr, bf, br, m = _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK)
+    vf, vr, bf, br, m = _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK, BLOCK_H)
     scale = tl.load(SCALE)
     for s in range(L):
         t = s + d * (L - 1 - 2 * s)  # d == 1: t = L - 1 - s
@@ -113,7 +114,7 @@ def _forward_kernel(
     tl.store(C_LAST + n * H + j, c, mask=inside)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["L", "B"])
 def _backward_kernel(
     U, X, WC, BIAS, MC, PAD, C_HIST, GH, GC_LAST, GU, GX, GC0, GPARAM,
     SCALE, L, B, D, H,
@@ -122,7 +123,7 @@ def _backward_kernel(
     """GPARAM (B, 4, D, H) in the compute dtype: per-row sums of the gradients of v_f, v_r, b_f, b_r."""
     n, b, d, j, inside = _program_position(D, H, BLOCK_H)
     gc = tl.load(GC_LAST + n * H + j, mask=inside, other=0.0)  # dL/dc_t, carried backwards
-    vf, vr, bf, br, m = _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK)
+    vf, vr, bf, br, m = _row_parameters(WC, BIAS, MC, n, d, D, H, j, inside, HAS_MASK, BLOCK_H)
     scale = tl.load(SCALE)
     g_vf = tl.full([BLOCK_H], 0.0, gc.dtype)
     g_vr = tl.full([BLOCK_H], 0.0, gc.dtype)
@@ -186,12 +187,20 @@ def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> t
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def _on_device(device: torch.device):
+    """Triton launches on the current CUDA device: make it the tensors' one."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train: bool):
-    """As ``_sru_kernels.recurrence_forward``: U (T, B, D, K, H) -> h (T, B, D, H) in U's dtype,
-    c_last (B, D, H) in the compute dtype, and what the backward needs when `train` (else None)."""
+    """As ``_sru_kernels.recurrence_forward``: U (T, B, D, K, H) -> h (T, B, D, H), c_last (B, D, H),
+    and what the backward needs when `train` (else None). `scale`: a float or a one-element tensor.
+    h and c come in the dtype PyTorch's reference path gives them: U's promoted with weight_c's
+    (float16 for a float16 model; float32 for float16 U from autocast with float32 weights)."""
     L, B, D, K, H = U.shape
     dev = U.device
     cd = _compute_dtype(U.dtype)
+    out_dtype = torch.promote_types(U.dtype, weight_c.dtype)
     k4 = K == 4
     U = U.detach().contiguous()
     x = U if k4 else x.detach().reshape(L, B, D, H).contiguous()  # (unused when k4)
@@ -200,8 +209,8 @@ def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train:
     c0 = c0.detach().to(cd).reshape(B, D, H).contiguous()
     mc = c0 if mask_c is None else mask_c.detach().to(cd).reshape(B, D, H).contiguous()  # (unused if None)
     pad = c0 if mask_pad is None else mask_pad.to(device=dev, dtype=torch.uint8).contiguous()
-    sc = torch.full((1,), 1.0 if k4 else float(scale), dtype=cd, device=dev)
-    h = torch.empty((L, B, D, H), dtype=U.dtype, device=dev)
+    sc = torch.ones(1, dtype=cd, device=dev) if k4 else torch.as_tensor(scale).detach().to(dev, cd).reshape(1)
+    h = torch.empty((L, B, D, H), dtype=out_dtype, device=dev)
     c_last = torch.empty((B, D, H), dtype=cd, device=dev)
     c_hist = torch.empty((L + 1, B, D, H), dtype=cd, device=dev) if train else c_last
     if train:
@@ -210,11 +219,13 @@ def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train:
         c_last.copy_(c0)
     else:
         grid, block = _launch_shape(B * D, H)
-        _forward_kernel[grid](
-            U, x, wc, bs, c0, mc, pad, h, c_last, c_hist, sc, L, B, D, H,
-            K4=k4, HAS_MASK=mask_c is not None, HAS_PAD=mask_pad is not None, TRAIN=train, BLOCK_H=block,
-            num_warps=1,
-        )  # fmt: skip
+        with _on_device(dev):
+            _forward_kernel[grid](
+                U, x, wc, bs, c0, mc, pad, h, c_last, c_hist, sc, L, B, D, H,
+                K4=k4, HAS_MASK=mask_c is not None, HAS_PAD=mask_pad is not None, TRAIN=train, BLOCK_H=block,
+                num_warps=1,
+            )  # fmt: skip
+    c_last = c_last.to(out_dtype)
     if not train:
         return h, c_last, None
     flags = torch.tensor([mask_c is not None, mask_pad is not None])
@@ -240,9 +251,10 @@ def recurrence_backward(saved, gh, gc_last):
         gc0.copy_(gc_last)
     else:
         grid, block = _launch_shape(B * D, H)
-        _backward_kernel[grid](
-            U, x, wc, bs, mc, pad, c_hist, gh, gc_last, gU, gx, gc0, gparam, sc, L, B, D, H,
-            K4=k4, HAS_MASK=has_mask, HAS_PAD=has_pad, BLOCK_H=block, num_warps=1,
-        )  # fmt: skip
+        with _on_device(dev):
+            _backward_kernel[grid](
+                U, x, wc, bs, mc, pad, c_hist, gh, gc_last, gU, gx, gc0, gparam, sc, L, B, D, H,
+                K4=k4, HAS_MASK=has_mask, HAS_PAD=has_pad, BLOCK_H=block, num_warps=1,
+            )  # fmt: skip
     gp = gparam.sum(dim=0)  # (4, D, H)
     return gU, (None if k4 else gx), gp[:2].reshape(-1), gp[2:].reshape(-1), gc0

@@ -30,7 +30,7 @@ class GloveSRUConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise DyntcError(f"{name} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
+        if not (isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool) and 0.0 <= self.dropout < 1.0):
             raise DyntcError(f"dropout must be in [0, 1), got {self.dropout!r}")
 
 

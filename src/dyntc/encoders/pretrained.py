@@ -260,15 +260,21 @@ class PretrainedConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise DyntcError(f"mode must be one of {MODES}, got {self.mode!r}")
+        def integer(value) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
         for name in ("hidden_size", "num_layers", "batch_size"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+            if not integer(getattr(self, name)) or getattr(self, name) < 1:
                 raise DyntcError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if self.max_len is not None and (not isinstance(self.max_len, int) or self.max_len < 2):
+        if self.max_len is not None and (not integer(self.max_len) or self.max_len < 2):
             raise DyntcError(f"max_len must be an integer >= 2 (it counts the [CLS] and [SEP] tokens), got {self.max_len!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise DyntcError(f"dropout must be in [0, 1), got {self.dropout}")
-        if not self.backbone_lr > 0:
-            raise DyntcError(f"backbone_lr must be > 0, got {self.backbone_lr}")
+        if not (number(self.dropout) and 0.0 <= self.dropout < 1.0):
+            raise DyntcError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not (number(self.backbone_lr) and self.backbone_lr > 0):
+            raise DyntcError(f"backbone_lr must be a number > 0, got {self.backbone_lr!r}")
 
 
 OPTIONS = tuple(f for f in PretrainedConfig.__dataclass_fields__ if f != "backbone") + ("cache",)

@@ -27,8 +27,9 @@ Two implementations:
   chosen by the input's device: **CPU**: numba (``_sru_kernels``; float32/float64; large work
   buffers reused between calls; backward gradients below 1e-30 flushed to zero, as float32
   denormals are ~100x slower on CPU); **CUDA**: Triton (``_sru_triton``; float16/bfloat16/
-  float32/float64, state in float32 or float64; compiled and checked against the reference on a
-  tiny problem when first used). Not twice differentiable.
+  float32/float64 and autocast, state in float32 or float64, outputs in the reference path's
+  dtypes; compiled and checked against the reference path on two tiny layers the first time each
+  device / dtype / autocast dtype is used). Not twice differentiable.
 * the **reference path**: plain PyTorch, a Python loop over time steps, device-agnostic: used on
   other devices, for dtypes the backend does not take, when the backend's library (numba, triton)
   cannot be imported or its self-test fails (these with a ``RuntimeWarning`` naming the reason),
@@ -59,45 +60,91 @@ _BACKENDS: dict[str, tuple[str, str, tuple[torch.dtype, ...]]] = {
     "cuda": ("dyntc.encoders._sru_triton", "triton", (torch.float16, torch.bfloat16, torch.float32, torch.float64)),
 }
 _loaded: dict[str, Any] = {}  # device type -> imported backend module
-_load_errors: dict[str, str] = {}  # device type -> why its backend could not be loaded
+_load_errors: dict[str, str] = {}  # device type -> why its backend could not be imported
+# CUDA: (device index, input dtype, autocast dtype or None) -> None when the Triton kernels passed
+# their self-test for that case, else why they did not
+_self_tests: dict[tuple, str | None] = {}
 
 
 def _load_backend(device_type: str):
     """Import the kernels for `device_type` (lazily: importing numba costs ~0.5 s, triton more).
-    On CUDA, also compile and run the Triton kernels once on a tiny problem, so that a GPU or
-    driver Triton cannot compile for is found here (and falls back) rather than mid-training.
     Returns the module, or None with the reason in ``_load_errors``."""
     if device_type not in _loaded and device_type not in _load_errors:
         try:
-            module = importlib.import_module(_BACKENDS[device_type][0])
-            if device_type == "cuda":
-                _self_test(module, torch.device("cuda", torch.cuda.current_device()))
-            _loaded[device_type] = module
-        except Exception as exc:  # ImportError, numba failing to initialise, Triton failing to compile
+            _loaded[device_type] = importlib.import_module(_BACKENDS[device_type][0])
+        except Exception as exc:  # ImportError, or numba failing to initialise
             _load_errors[device_type] = f"{type(exc).__name__}: {exc}"
     return _loaded.get(device_type)
 
 
-def _self_test(backend, device: torch.device) -> None:
-    """A 2-step forward and backward through `backend` (compiles its kernels), checked against the
-    reference path. Runs with gradients on, whatever the caller's mode (the first use is often
-    under ``torch.no_grad()`` / ``inference_mode``) and without autocast."""
-    with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
-        _self_test_run(backend, device)
+def _cuda_self_test(backend, x: Tensor) -> str | None:
+    """Run (once per device, dtype and autocast dtype) the self-test of the Triton kernels for
+    inputs like `x`: compiles the kernel variants a model uses, on the device it uses, so that a GPU,
+    driver or dtype Triton cannot handle falls back here rather than failing mid-training.
+    Returns None when they passed, else why not."""
+    try:
+        index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    except Exception as exc:  # no CUDA in this build / driver
+        return f"{type(exc).__name__}: {exc}"
+    autocast = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+    key = (index, x.dtype, autocast)
+    if key not in _self_tests:
+        try:
+            _self_test(backend, torch.device("cuda", index), x.dtype)
+            _self_tests[key] = None
+        except Exception as exc:  # a compile error, a driver error, or numbers that differ
+            _self_tests[key] = f"{type(exc).__name__}: {exc}"
+    return _self_tests[key]
 
 
-def _self_test_run(backend, device: torch.device) -> None:
-    gen = torch.Generator().manual_seed(0)
-    x, w = torch.randn(2, 1, 4, generator=gen), torch.randn(4, 16, generator=gen)
-    wc, b, c0 = torch.randn(8, generator=gen), torch.randn(8, generator=gen), torch.zeros(1, 1, 4)
-    x, w, wc, b, c0 = (t.to(device).requires_grad_() for t in (x, w, wc, b, c0))
-    h, c = SRULayerFunction.apply(x, w, wc, b, c0, None, None, None, 1.0, 1, 4, 4, backend)
-    (gw,) = torch.autograd.grad(h.sum() + c.sum(), (w,))
-    h_ref, c_ref = _recurrence_reference(x.reshape(2, 4).mm(w), x, wc, b, c0, 4, False, None, None, None)
-    (gw_ref,) = torch.autograd.grad(h_ref.sum() + c_ref.sum(), (w,))
-    for ours, ref, what in ((h, h_ref, "output"), (gw, gw_ref, "weight gradient")):
-        if not torch.allclose(ours, ref, rtol=1e-4, atol=1e-5):
-            raise RuntimeError(f"self-test: the Triton kernels' {what} differs from the reference path")
+def _self_test(backend, device: torch.device, dtype: torch.dtype = torch.float32) -> None:
+    """Forward, backward and inference of two tiny layers through `backend`, against the reference
+    path: K = 4 with a dropout mask, padding and c0, and K = 3 without them; every output and
+    gradient compared. Runs with gradients on and full-precision matrix products whatever the
+    caller's mode (a first use is often under ``torch.no_grad()`` / ``inference_mode``), under the
+    caller's autocast state (so that the same kernel variants compile). Raises on a mismatch."""
+    precision = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        with torch.inference_mode(False), torch.enable_grad():
+            for n_in, masked in ((6, True), (4, False)):
+                _self_test_layer(backend, device, dtype, n_in, masked)
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+def _self_test_layer(backend, device: torch.device, dtype: torch.dtype, n_in: int, masked: bool) -> None:
+    L, B, H = 3, 2, 4
+    K = 3 if n_in == H else 4
+    gen = torch.Generator().manual_seed(n_in)
+    like = dict(device=device, dtype=dtype)
+    x = torch.randn(L, B, n_in, generator=gen).to(**like)
+    w = (torch.randn(n_in, H * K, generator=gen) * 0.5).to(**like)
+    wc, b = torch.randn(2 * H, generator=gen).to(**like), torch.randn(2 * H, generator=gen).to(**like)
+    c0 = torch.randn(B, 1, H, generator=gen).to(**like)
+    mask_c = ((torch.rand(B, H, generator=gen) > 0.3).float() / 0.7).to(**like) if masked else None
+    pad = torch.tensor([[False, False], [False, False], [False, True]], device=device) if masked else None
+    scale = torch.tensor([1.3], **like)
+    inputs = [t.requires_grad_() for t in (x, w, wc, b, c0)]
+    h, c = SRULayerFunction.apply(x, w, wc, b, c0, mask_c, pad, None, scale, 1, H, K, backend)
+    gh, gc = torch.randn(h.shape, generator=gen).to(h), torch.randn(c.shape, generator=gen).to(c)
+    grads = torch.autograd.grad((h * gh).sum() + (c * gc).sum(), inputs)
+    U = x.reshape(L * B, n_in).mm(w)
+    h_ref, c_ref = _recurrence_reference(U, x, wc, b, c0, H, False, scale if K == 3 else None, mask_c, pad)
+    grads_ref = torch.autograd.grad((h_ref * gh).sum() + (c_ref * gc).sum(), inputs)
+    with torch.no_grad():
+        h_inf, c_inf, _ = _layer_forward(x, w, wc, b, c0, None, pad, None, scale, 1, H, K, backend, False)
+        h_inf_ref, c_inf_ref = _recurrence_reference(U, x, wc, b, c0, H, False, scale if K == 3 else None, None, pad)
+    half = dtype in (torch.float16, torch.bfloat16) or U.dtype in (torch.float16, torch.bfloat16)
+    tol = 3e-2 if half else 1e-4
+    names = ["output", "c", "grad input", "grad weight", "grad weight_c", "grad bias", "grad c0",
+             "inference output", "inference c"]  # fmt: skip
+    pairs = [(h, h_ref), (c, c_ref), *zip(grads, grads_ref), (h_inf, h_inf_ref), (c_inf, c_inf_ref)]
+    for name, (ours, ref) in zip(names, pairs):
+        err = (ours.double() - ref.double()).abs().max().item()
+        if ours.shape != ref.shape or ours.dtype != ref.dtype or not err <= tol * max(1.0, ref.abs().max().item()):
+            raise RuntimeError(f"self-test (K = {K}, {dtype}): the kernels' {name} differs from the reference path "
+                               f"({ours.dtype} {tuple(ours.shape)} vs {ref.dtype} {tuple(ref.shape)}, max diff {err:.3g})")
 
 
 def _fast_enabled() -> bool:
@@ -118,8 +165,13 @@ def fast_path_status(x: Tensor | None = None) -> tuple[bool, str | None]:
     if x is not None and x.dtype not in dtypes:
         names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
         return False, f"dtype {x.dtype} is not supported by the {library} kernels on {device_type} ({names})"
-    if _load_backend(device_type) is None:
+    backend = _load_backend(device_type)
+    if backend is None:
         return False, f"{library} unavailable ({_load_errors[device_type]})"
+    if device_type == "cuda" and x is not None:
+        failed = _cuda_self_test(backend, x)
+        if failed is not None:
+            return False, f"the Triton kernels failed their self-test on {x.device} for {x.dtype} ({failed})"
     return True, None
 
 
@@ -294,7 +346,7 @@ class SRULayer(nn.Module):
             if mask_pad.shape != (length, batch):
                 raise ValueError(f"mask_pad must be (length, batch_size) = {(length, batch)}, got {tuple(mask_pad.shape)}")
         if _use_fast_path(input, fast):
-            scale = float(self.scale_x.item()) if self.rescale else 1.0
+            scale = self.scale_x if self.rescale else 1.0  # (a tensor: no GPU sync here)
             args = (input, self.weight, self.weight_c, self.bias, c0.reshape(batch, D, H), mask_c, mask_pad,
                     residual if self.layer_norm is not None else None, scale, D, H, K)  # fmt: skip
             backend = _loaded[input.device.type]
