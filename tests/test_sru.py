@@ -306,3 +306,32 @@ def test_wide_vectors_marks_the_llvm_function():
     scaled(np.ones(4))
     ir = "\n".join(scaled.inspect_llvm().values())
     assert '"prefer-vector-width"="512"' in ir
+
+
+def test_cached_gate_major_weight_follows_weight_changes():
+    """The layer caches its reordered weight for the kernels' GEMM; every way a weight can change
+    (in place as an optimizer does, load_state_dict, replacement, dtype) must be seen."""
+    torch.manual_seed(0)
+    model = SRU(6, 5, num_layers=2).eval()
+    x = torch.randn(4, 3, 6)
+
+    def check():
+        inputs = x.to(model.rnn_lst[0].weight.dtype)
+        with torch.no_grad():
+            fast, ref = model(inputs, fast=True)[0], model(inputs, fast=False)[0]
+        assert torch.allclose(fast, ref, atol=1e-6), (fast - ref).abs().max()
+
+    check()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model.train()
+    model(x)[0].sum().backward()
+    optimizer.step()  # in place
+    model.eval()
+    check()
+    other = SRU(6, 5, num_layers=2)
+    model.load_state_dict(other.state_dict())
+    check()
+    model.rnn_lst[1].weight = torch.nn.Parameter(torch.randn_like(model.rnn_lst[1].weight))  # replaced
+    check()
+    model.double()
+    check()

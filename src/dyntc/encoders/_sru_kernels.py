@@ -27,6 +27,7 @@ numba's on-disk cache (``cache=True``) is keyed on this file alone: after editin
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -372,7 +373,7 @@ class _BufferPool:
 
     def empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         itemsize = torch.empty((), dtype=dtype).element_size()
-        nbytes = int(np.prod(shape)) * itemsize
+        nbytes = math.prod(shape) * itemsize
         if nbytes < self.min_bytes:
             return torch.empty(shape, dtype=dtype)
         np_dtype = np.float32 if dtype == torch.float32 else np.float64

@@ -186,13 +186,20 @@ def _use_fast_path(x: Tensor, fast: bool | None) -> bool:
     return use
 
 
-def _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, train: bool):
+def gate_major(weight: Tensor, D: int, H: int, K: int) -> Tensor:
+    """`weight` (I, D*H*K) with its columns reordered from sru's (D, H, K) to (D, K, H), so that in
+    ``U = x W`` each gate's row over the hidden units is contiguous (a copy, without autograd)."""
+    return weight.detach().view(weight.shape[0], D, H, K).permute(0, 1, 3, 2).reshape(weight.shape[0], D * K * H)
+
+
+def _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, train: bool,
+                   wp: Tensor | None = None):  # fmt: skip
     """One layer forward on the fast path (see SRULayerFunction) -> h (T, B, D*H), c (B, D*H), and
     the tensors the backward needs when `train` (else None). Called directly, without autograd,
-    for inference."""
+    for inference. `wp`: ``gate_major(weight)`` when the caller has it."""
     L, B, I = x.shape
-    # columns reordered from sru's (D, H, K) to (D, K, H): each gate's row is contiguous
-    wp = weight.detach().view(I, D, H, K).permute(0, 1, 3, 2).reshape(I, D * K * H)
+    if wp is None:
+        wp = gate_major(weight, D, H, K)
     x2 = x.detach().reshape(L * B, I)
     if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         U = torch.mm(x2, wp)  # in autocast's dtype (the Triton kernels take float16 / bfloat16)
@@ -212,15 +219,17 @@ class SRULayerFunction(torch.autograd.Function):
     inside the GEMM (``addmm``) instead of in a separate pass.
 
     ``(x (T, B, I), weight (I, D*H*K) in sru's layout, weight_c, bias, c0 (B, D, H), mask_c,
-    mask_pad, x_hw, scale, D, H, K, backend) -> (h (T, B, D*H), c (B, D*H))``, where ``x_hw`` is
-    the highway input when it differs from ``x`` (pre-layer-norm: x = LN(x_hw)), else None, and
-    ``backend`` the kernel module (``_sru_kernels`` or ``_sru_triton``). Not twice differentiable."""
+    mask_pad, x_hw, scale, D, H, K, backend, wp=None) -> (h (T, B, D*H), c (B, D*H))``, where
+    ``x_hw`` is the highway input when it differs from ``x`` (pre-layer-norm: x = LN(x_hw)), else
+    None, ``backend`` the kernel module (``_sru_kernels`` or ``_sru_triton``) and ``wp`` the
+    weight in ``gate_major`` order if the caller has it. Not twice differentiable."""
 
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda")
-    def forward(ctx, x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend):
+    def forward(ctx, x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, wp=None):
         # (ctx.needs_input_grad does not see torch.no_grad(): callers use _layer_forward for that)
-        h, c_last, saved = _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, True)
+        h, c_last, saved = _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend,
+                                          True, wp)  # fmt: skip
         ctx.save_for_backward(*saved)
         ctx.dims = (*x.shape, D, H, K)
         ctx.hw_is_x = x_hw is None
@@ -251,7 +260,7 @@ class SRULayerFunction(torch.autograd.Function):
             g_xhw = ghw.view(L, B, I)
         if need_w:
             gw = torch.mm(x2.t().to(gU2.dtype), gU2).view(I, D, K, H).permute(0, 1, 3, 2).reshape(I, D * H * K)
-        return gx, gw, gwc, gbias, gc0, None, None, g_xhw, None, None, None, None, None
+        return gx, gw, gwc, gbias, gc0, None, None, g_xhw, None, None, None, None, None, None
 
 
 class SRULayer(nn.Module):
@@ -308,6 +317,17 @@ class SRULayer(nn.Module):
             w[:, :, :, 1].mul_(0.5**0.5)
             w[:, :, :, 2].mul_(0.5**0.5)
 
+    def _gate_major_weight(self) -> Tensor:
+        """``gate_major(self.weight)``, cached until the weight changes: in place (its version
+        counter: optimizer steps, ``load_state_dict``) or replaced / moved (its storage). Saves a
+        copy of the weight per call, which dominates small inference batches."""
+        w = self.weight
+        key = (w.data_ptr(), w._version, w.dtype, w.device)
+        if self.__dict__.get("_gate_major_key") != key:
+            self.__dict__["_gate_major"] = gate_major(w, self.num_directions, self.hidden_size, self.num_matrices)
+            self.__dict__["_gate_major_key"] = key
+        return self.__dict__["_gate_major"]
+
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
         if self.dropout > 0:
@@ -350,11 +370,12 @@ class SRULayer(nn.Module):
             args = (input, self.weight, self.weight_c, self.bias, c0.reshape(batch, D, H), mask_c, mask_pad,
                     residual if self.layer_norm is not None else None, scale, D, H, K)  # fmt: skip
             backend = _loaded[input.device.type]
+            wp = self._gate_major_weight()
             if torch.is_grad_enabled() and any(
                 t.requires_grad for t in (input, residual, c0, self.weight, self.weight_c, self.bias)
             ):
-                return SRULayerFunction.apply(*args, backend)
-            h, c, _ = _layer_forward(*args, backend, False)  # inference: no autograd node, nothing saved
+                return SRULayerFunction.apply(*args, backend, wp)
+            h, c, _ = _layer_forward(*args, backend, False, wp)  # inference: no autograd node, nothing saved
             return h, c
         U = input.reshape(-1, self.input_size).mm(self.weight)
         return _recurrence_reference(
