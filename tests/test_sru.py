@@ -335,3 +335,9 @@ def test_cached_gate_major_weight_follows_weight_changes():
     check()
     model.double()
     check()
+    with torch.no_grad():
+        model.rnn_lst[0].weight.mul_(0.5)
+    with torch.inference_mode():  # first use of the new weight for inference, then training with it
+        model(x.double())
+    model.train()
+    model(x.double())[0].sum().backward()

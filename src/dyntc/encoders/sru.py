@@ -324,7 +324,8 @@ class SRULayer(nn.Module):
         w = self.weight
         key = (w.data_ptr(), w._version, w.dtype, w.device)
         if self.__dict__.get("_gate_major_key") != key:
-            self.__dict__["_gate_major"] = gate_major(w, self.num_directions, self.hidden_size, self.num_matrices)
+            with torch.inference_mode(False):  # a normal tensor: training may save it for backward
+                self.__dict__["_gate_major"] = gate_major(w, self.num_directions, self.hidden_size, self.num_matrices)
             self.__dict__["_gate_major_key"] = key
         return self.__dict__["_gate_major"]
 
