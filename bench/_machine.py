@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import os
-import platform
 
+from dyntc.training import cpu_model
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+__all__ = ["cpu_model", "load_average", "omp_wait_policy"]
 
 
 def load_average() -> str:

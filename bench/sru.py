@@ -41,6 +41,8 @@ import torch
 from torch import nn
 
 from bench._machine import cpu_model, load_average, omp_wait_policy
+from dyntc.errors import DyntcError
+from dyntc.training import check_device
 
 INPUT, HIDDEN, LAYERS, DROPOUT = 50, 128, 4, 0.5
 
@@ -144,9 +146,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="alternating process pairs for the OpenMP wait-policy A/B (0: skip)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda: torch.cuda.is_available() is False on this machine")
+    try:  # every option checked before anything is built
+        device = check_device(args.device)
+        shapes = [tuple(int(v) for v in shape.lower().split("x")) for shape in args.shapes.split(",")]
+    except (DyntcError, ValueError) as exc:
+        parser.error(str(exc) if isinstance(exc, DyntcError) else f"--shapes must look like 144x200,144x32, got {args.shapes!r}")
+    if any(len(shape) != 2 or min(shape) < 1 for shape in shapes) or args.reps < 1 or args.budget <= 0:
+        parser.error("--shapes must be BATCHxLENGTH pairs of positive integers, --reps >= 1 and --budget > 0")
     gpu = device.type == "cuda"
 
     warnings.filterwarnings("ignore", module="sru")
@@ -168,9 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model: {LAYERS} layers x {HIDDEN} hidden, input {INPUT}, dropout {DROPOUT}, float32; "
           f"load average before: {load_average()}; OMP_WAIT_POLICY={omp_wait_policy()}")
     if gpu:
-        import triton
+        try:
+            import triton
 
-        print(f"GPU: {torch.cuda.get_device_name(device)}; CUDA {torch.version.cuda}; triton {triton.__version__}")
+            triton_version = triton.__version__
+        except ImportError:
+            triton_version = "not installed"
+        print(f"GPU: {torch.cuda.get_device_name(device)}; CUDA {torch.version.cuda}; triton {triton_version}")
     if sru_error:
         print(f"sru 2.6.0 unavailable: {sru_error}")
     if not args.no_compile_timing and not gpu:
@@ -190,8 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     peers["nn.LSTM"] = nn.LSTM(INPUT, HIDDEN, num_layers=LAYERS, dropout=DROPOUT).to(device)
 
     header = f"{'shape BxT':>10} {'model':<13} {'train ms':>10} {'infer ms':>10}"
-    for shape in args.shapes.split(","):
-        batch, length = (int(v) for v in shape.lower().split("x"))
+    for batch, length in shapes:
+        shape = f"{batch}x{length}"
         x = torch.randn(length, batch, INPUT, device=device)
         print()
         print(header)
@@ -216,10 +226,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{shape:>10} ratio dyntc fast / matmul floor: training {f_tr / floor[0]:.2f}x, inference {f_inf / floor[1]:.2f}x")
         l_tr, l_inf = res["nn.LSTM"]
         print(f"{shape:>10} ratio nn.LSTM / dyntc fast: training {l_tr / f_tr:.2f}x, inference {l_inf / f_inf:.2f}x")
-    longest = max(args.shapes.split(","), key=lambda v: int(v.lower().split("x")[1]))
-    batch, length = (int(v) for v in longest.lower().split("x"))
+    batch, length = max(shapes, key=lambda bt: bt[1])
     x = torch.randn(length, batch, INPUT, device=device)
-    print(f"\nlast-token loss output[-1].sum(), {longest}, training step:")
+    print(f"\nlast-token loss output[-1].sum(), {batch}x{length}, training step:")
     last = {}
     for name in ("dyntc fast", "sru 2.6.0"):
         if name in peers:
@@ -228,8 +237,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {name:<13} {last[name] * 1e3:10.1f} ms")
     if len(last) == 2:
         print(f"  ratio sru 2.6.0 / dyntc fast: {last['sru 2.6.0'] / last['dyntc fast']:.2f}x")
-    shortest = min(args.shapes.split(","), key=lambda v: int(v.lower().split("x")[1]))
-    batch, length = (int(v) for v in shortest.lower().split("x"))
+    batch, length = min(shapes, key=lambda bt: bt[1])
+    shortest = f"{batch}x{length}"
     if not gpu:  # where the CPU time goes
         print(f"\nkernels alone, one 128 -> 128 layer, {shortest} (ns per element = time / (B T H)):")
         print(kernel_times(batch, length, args.reps))

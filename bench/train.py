@@ -2,7 +2,7 @@
 
     DYNTC_DATA=/path/to/datasets python -m bench.train [--datasets sent,news] [--settings quick,paper]
         [--models hyp,euc,mlp] [--episodes 20] [--ref-episodes 5]
-        [--warmup 3] [--predict-texts 2000] [--support-per-class 50] [--threads N]
+        [--warmup 3] [--predict-texts 2000] [--latency-texts 30] [--support-per-class 50] [--threads N]
 
 For every dataset and setting it builds a fresh GloVe + SRU encoder the way ``dyntc reproduce``
 does (``create_encoder("sru", train texts, ...)`` with the profile's hidden size, layers, dropout and
@@ -46,12 +46,13 @@ import numpy as np
 import torch
 
 from bench._machine import cpu_model, load_average, omp_wait_policy
-from dyntc.data.datasets import load
+from dyntc.data.datasets import load, resolve_name
 from dyntc.encoders import create_encoder
 from dyntc.encoders import sru as sru_module
 from dyntc.geometry import lorentz
 from dyntc.models import PrototypicalNetwork, build_model
-from dyntc.protocol import get_profile
+from dyntc.errors import DyntcError
+from dyntc.protocol import get_profile, parse_names
 from dyntc.training import Encoded, TrainConfig, embed_points, train_prototypical, train_supervised
 
 
@@ -129,10 +130,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--support-per-class", type=int, default=50, help="training examples per class for the prototypes")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: leave as is)")
     args = parser.parse_args(argv)
+    try:  # every option checked before anything is loaded
+        settings = parse_names(args.settings, ("quick", "paper"), "settings")
+        models = parse_names(args.models, ("hyp", "euc", "mlp"), "models")
+        datasets = [resolve_name(name.strip()) for name in args.datasets.split(",")]
+    except DyntcError as exc:
+        parser.error(str(exc))
+    for name in ("episodes", "predict_texts", "latency_texts", "support_per_class"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.threads is not None:
+        if args.threads < 1:
+            parser.error(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
 
-    use_fast_before = sru_module.USE_FAST
+    use_fast_before, use_compiled_before = sru_module.USE_FAST, lorentz.USE_COMPILED
     sru_module.USE_FAST = True  # explicit, so that a DYNTC_SRU_FAST=0 in the environment cannot mislabel rows
     fast_ok, why_not = sru_module.fast_path_status(torch.zeros(1))
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical CPUs; torch {torch.__version__}, "
@@ -143,11 +155,11 @@ def main(argv: list[str] | None = None) -> None:
           f"\nWARNING: the SRU fast path is unavailable ({why_not}): 'fast' rows run the reference path"))
 
     training_rows, prediction_rows = [], []
-    for dataset_name in args.datasets.split(","):
+    for dataset_name in datasets:
         t0 = time.perf_counter()
         data = load(dataset_name)
         load_s = time.perf_counter() - t0
-        for setting in args.settings.split(","):
+        for setting in settings:
             hp = get_profile(setting).for_dataset(data.name)
             t0 = time.perf_counter()
             torch.manual_seed(0)
@@ -165,7 +177,6 @@ def main(argv: list[str] | None = None) -> None:
                   f"featurize train {featurize_s:.1f} s ({len(train) / featurize_s:,.0f} texts/s)", flush=True)
 
             # (model, SRU path, timed steps, texts per step)
-            models = args.models.split(",")
             runs = [(name, "fast", args.episodes, hp["batch_size"] if name == "mlp" else episode_texts) for name in models]
             if args.ref_episodes > 0 and "hyp" in models:
                 runs.append(("hyp", "reference", args.ref_episodes, episode_texts))
@@ -181,8 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                         warmup = args.warmup if path == "fast" else min(args.warmup, 1)
                         warm_s, steps_per_s = time_prototypical(model, train, hp, warmup, steps)
                 finally:
-                    sru_module.USE_FAST = True
-                    lorentz.USE_COMPILED = None
+                    sru_module.USE_FAST, lorentz.USE_COMPILED = True, use_compiled_before
                 row = (data.name, setting, model_name, path, texts_per_step, steps, warm_s, steps_per_s)
                 training_rows.append(row)
                 print(f"  train {model_name} ({path}): {steps_per_s:.2f} {'batches' if model_name == 'mlp' else 'episodes'}/s, "

@@ -103,6 +103,13 @@ def test_not_fitted():
         ({"encoder_options": {"hiden_size": 3}}, ["a b"] * 10, ["x", "y"] * 5, r"options \['hiden_size'\] do not apply"),
         ({"encoder_options": {"dropout": "high"}}, ["a b"] * 10, ["x", "y"] * 5, "dropout must be in"),
         ({"encoder_options": {"max_len": 2.5}}, ["a b"] * 10, ["x", "y"] * 5, "max_len must be an integer"),
+        ({"encoder_options": {1: 2}}, ["a b"] * 10, ["x", "y"] * 5, "encoder_options must be a dict with option names"),
+        ({"embeddings": 123}, ["a b"] * 10, ["x", "y"] * 5, "embeddings must be the path of a GloVe text file"),
+        ({"encoder_options": {"lower": "x"}}, ["a b"] * 10, ["x", "y"] * 5, "lower must be True or False"),
+        ({"device": "meta"}, ["a b"] * 10, ["x", "y"] * 5, "device must be 'cpu' or 'cuda'"),
+        ({"lr": True}, ["a b"] * 10, ["x", "y"] * 5, "lr must be a number"),
+        ({"seed": True}, ["a b"] * 10, ["x", "y"] * 5, "seed must be an integer"),
+        ({"time_budget_s": True}, ["a b"] * 10, ["x", "y"] * 5, "time_budget_s must be"),
     ],
 )
 def test_fit_rejects_bad_input(kwargs, texts, labels, match):
@@ -397,6 +404,13 @@ def test_load_rejects_bad_directories(fitted, tmp_path):
     (path / "support.json").write_text(json.dumps(support))
     with pytest.raises(DyntcError, match="inconsistent"):
         DynamicClassifier.load(path)
+    (path / "support.json").write_text(json.dumps([]))  # valid JSON, wrong shape
+    with pytest.raises(DyntcError, match="is damaged"):
+        DynamicClassifier.load(path)
+    (path / "support.json").write_text(json.dumps(support))
+    (path / "config.json").write_text(json.dumps({**config, "meta": []}))
+    with pytest.raises(DyntcError, match="is damaged"):
+        DynamicClassifier.load(path)
     (path / "config.json").write_text("{not json")
     with pytest.raises(DyntcError, match="not valid JSON"):
         DynamicClassifier.load(path)
@@ -436,6 +450,17 @@ def test_batch_size_is_checked_when_set():
     assert clf.set_params(batch_size=8).batch_size == 8
 
 
+def test_top_k_is_nearest_labels_of_the_decision_function(fitted):
+    texts = ["what is my balance", "wake me up at seven"]
+    ours, theirs = fitted.top_k(texts, k=4), fitted.nearest_labels(-fitted.decision_function(texts), 4)
+    assert [[lab for lab, _ in r] for r in ours] == [[lab for lab, _ in r] for r in theirs]
+    np.testing.assert_allclose([[d for _, d in r] for r in ours], [[d for _, d in r] for r in theirs], rtol=1e-6)
+    ranked = fitted.top_k(texts, k=100)
+    assert [len(r) for r in ranked] == [len(fitted.classes_)] * 2
+    assert all([d for _, d in r] == sorted(d for _, d in r) for r in ranked)
+    assert [r[0][0] for r in ranked] == fitted.predict(texts)
+
+
 def test_decision_function_is_what_predict_and_predict_proba_derive_from(fitted):
     texts = ["what is my balance", "book a flight to paris", "play some jazz"]
     scores = fitted.decision_function(texts)
@@ -446,8 +471,15 @@ def test_decision_function_is_what_predict_and_predict_proba_derive_from(fitted)
 
 def test_fine_tune_checks_dev_and_lr_like_fit(fitted):
     clf = copy.deepcopy(fitted)
-    with pytest.raises(DyntcError, match="dev must be a pair"):
-        clf.fine_tune(episodes=1, dev=(["hi"],))
+    vocab, counts = len(clf.model_.encoder.vocab), clf.support_counts()
+    with pytest.raises(DyntcError, match="dev must be a pair"):  # checked before the new words join
+        clf.fine_tune(["set an alarm for quixotic zyzzyva"], ["alarm"], episodes=1, dev=(["hi"],))
+    assert len(clf.model_.encoder.vocab) == vocab and clf.support_counts() == counts
+    for bad in (0, True, 1.5):
+        with pytest.raises(DyntcError, match="episodes must be an integer"):
+            clf.fine_tune(episodes=bad)
+    with pytest.raises(DyntcError, match="k must be an integer"):
+        clf.top_k(["hi"], k=True)
     with pytest.raises(DyntcError, match="not among the labels trained on"):
         clf.fine_tune(episodes=1, dev=(["hi"], ["no-such-label"]))
     for bad in (0, -1e-3, "fast", True):

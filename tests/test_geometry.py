@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dyntc.errors import DyntcError
 from dyntc.geometry import euclidean, lorentz
 
 F64 = torch.float64
@@ -240,6 +242,8 @@ def test_sq_distance_gradient_at_coincident_points(dtype):
 def solver(request, monkeypatch):
     """Run a Fréchet-mean test with the numba solver (the CPU default) and with the batched PyTorch one."""
     monkeypatch.setattr(lorentz, "USE_COMPILED", request.param == "compiled")
+    if request.param == "compiled":  # else these tests would quietly run the PyTorch solver twice
+        assert lorentz._compiled_solver(torch.zeros(1, 2, 3, dtype=F64)) is not None, lorentz._compiled_error
     return request.param
 
 
@@ -392,8 +396,7 @@ def test_compiled_solver_is_the_cpu_default_and_matches_the_torch_solver(monkeyp
     w[:, 15:] = 0  # padded points
     monkeypatch.setattr(lorentz, "USE_COMPILED", None)
     monkeypatch.delenv("DYNTC_FRECHET_FAST", raising=False)
-    calls = []
-    monkeypatch.setattr(lorentz, "_solve", lambda *a: calls.append(1) or pytest.fail("PyTorch solver used on CPU"))
+    monkeypatch.setattr(lorentz, "_solve", lambda *a: pytest.fail("PyTorch solver used on CPU"))
     m_fast, info_fast = lorentz.frechet_mean(x, w, return_info=True)
     monkeypatch.undo()
     monkeypatch.setattr(lorentz, "USE_COMPILED", False)
@@ -404,16 +407,34 @@ def test_compiled_solver_is_the_cpu_default_and_matches_the_torch_solver(monkeyp
     torch.testing.assert_close(info_fast["grad_norm"], info_torch["grad_norm"], rtol=0, atol=1e-10)
     monkeypatch.setenv("DYNTC_FRECHET_FAST", "0")
     monkeypatch.setattr(lorentz, "USE_COMPILED", None)
-    assert not lorentz._use_compiled_solver(x)
+    assert lorentz._compiled_solver(x) is None
     # large sets (an n x n Newton system each) go to the PyTorch solver, whose Cholesky is LAPACK's
     monkeypatch.setattr(lorentz, "USE_COMPILED", True)
     big = lorentz.project(torch.randn(2, lorentz.COMPILED_MAX_POINTS + 1, 4, dtype=F64))
-    assert lorentz._use_compiled_solver(x) and not lorentz._use_compiled_solver(big)
+    assert lorentz._compiled_solver(x) is not None and lorentz._compiled_solver(big) is None
     # max_iter=0 returns p̃ from both
     p0 = lorentz.normalized_euclidean_mean(x, w)
     for flag in (True, False):
         monkeypatch.setattr(lorentz, "USE_COMPILED", flag)
         torch.testing.assert_close(lorentz.frechet_mean(x, w, max_iter=0), p0, rtol=1e-12, atol=1e-12)
+
+
+def test_frechet_mean_bad_arguments_and_missing_numba(monkeypatch):
+    x = rand_points(2, 5, 3, scale=0.3, seed=3)
+    for kwargs, match in [({"max_iter": None}, "max_iter must be an integer"), ({"max_iter": 2.5}, "max_iter must"),
+                          ({"tol": None}, "tol must be a number"), ({"tol": -1.0}, "tol must be")]:  # fmt: skip
+        with pytest.raises(DyntcError, match=match):
+            lorentz.frechet_mean(x, **kwargs)
+    with pytest.raises(DyntcError, match="floating-point"):  # 1/n weights would round to 0
+        lorentz.frechet_mean(torch.tensor([[[1, 0, 0], [1, 0, 0]]]))
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
+    monkeypatch.delitem(sys.modules, "dyntc.geometry._lorentz_kernels", raising=False)
+    monkeypatch.setattr(lorentz, "_compiled_error", None)
+    monkeypatch.setattr(lorentz, "USE_COMPILED", None)
+    with pytest.warns(RuntimeWarning, match="numba is unavailable"):
+        m = lorentz.frechet_mean(x)
+    monkeypatch.undo()
+    torch.testing.assert_close(m, lorentz.frechet_mean(x), rtol=1e-10, atol=1e-10)
 
 
 def test_newton_direction_solves_the_hessian_system_in_both_forms():
@@ -438,3 +459,12 @@ def test_newton_direction_solves_the_hessian_system_in_both_forms():
     x = rand_points(2, 300, 6, scale=2.0, seed=18)  # beyond COMPILED_MAX_POINTS: PyTorch solver
     m, info = lorentz.frechet_mean(x, return_info=True)
     assert info["converged"].all() and (riemannian_grad_norm(m, x) < 1e-8).all()
+
+
+def test_compiled_solver_over_several_thread_blocks(monkeypatch):
+    """Enough sets for run_blocks to split them across threads (blocks of >= 16 sets)."""
+    x = rand_points(40, 7, 5, scale=1.0, seed=21)
+    monkeypatch.setattr(lorentz, "USE_COMPILED", True)
+    fast = lorentz.frechet_mean(x)
+    monkeypatch.setattr(lorentz, "USE_COMPILED", False)
+    assert lorentz.distance(fast, lorentz.frechet_mean(x)).max() < 1e-10

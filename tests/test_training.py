@@ -172,3 +172,12 @@ def test_cli_makes_idle_openmp_threads_sleep_unless_the_user_chose():
     env["OMP_WAIT_POLICY"] = "ACTIVE"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ACTIVE"
+
+
+def test_encoder_encode_batches_without_gradient_and_takes_an_empty_list(sent_encoded):
+    encoder, train, *_ = sent_encoded
+    texts = ["my flight was late", "lost my bag", "rude staff at the gate again"]
+    points = encoder.encode(texts, batch_size=2)
+    assert points.shape == (3, encoder.output_dim) and not points.requires_grad
+    assert torch.allclose(points, encoder.encode(texts[::-1])[[2, 1, 0]], atol=1e-5)  # order kept across batches
+    assert encoder.encode([]).shape == (0, encoder.output_dim)

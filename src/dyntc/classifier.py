@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dyntc.errors import DyntcError, NotFittedError
+from dyntc.errors import DyntcError, NotFittedError, is_int, is_number
 
 __all__ = ["DynamicClassifier", "CLASSIFIER_FORMAT"]
 
@@ -173,7 +173,7 @@ class DynamicClassifier:
         for name, value in params.items():
             if name not in valid:
                 raise DyntcError(f"invalid parameter {name!r} for DynamicClassifier; valid ones: {', '.join(valid)}")
-            if name == "batch_size" and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            if name == "batch_size" and not (is_int(value) and value >= 1):
                 raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")  # applies at once
             setattr(self, name, value)
         return self
@@ -196,18 +196,18 @@ class DynamicClassifier:
             value = getattr(self, name)
             if value is None and name in ("num_layers", "max_len"):
                 continue
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                 f"{name} must be an integer >= 1, got {value!r}")
-        need(isinstance(self.max_classes, int) and self.max_classes >= 2,
+            need(is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
+        need(is_int(self.max_classes) and self.max_classes >= 2,
              f"max_classes must be an integer >= 2, got {self.max_classes!r}")
-        need(self.dropout is None or (isinstance(self.dropout, (int, float)) and 0 <= self.dropout < 1),
+        need(self.dropout is None or (is_number(self.dropout) and 0 <= self.dropout < 1),
              f"dropout must be in [0, 1), got {self.dropout!r}")
-        need(isinstance(self.lr, (int, float)) and self.lr > 0, f"lr must be > 0, got {self.lr!r}")
-        need(self.time_budget_s is None or (isinstance(self.time_budget_s, (int, float)) and self.time_budget_s > 0),
+        need(is_number(self.lr) and self.lr > 0, f"lr must be a number > 0, got {self.lr!r}")
+        need(self.time_budget_s is None or (is_number(self.time_budget_s) and self.time_budget_s > 0),
              f"time_budget_s must be None or > 0 seconds, got {self.time_budget_s!r}")
-        need(self.encoder_options is None or isinstance(self.encoder_options, Mapping),
-             f"encoder_options must be a dict or None, got {type(self.encoder_options).__name__}")
-        need(isinstance(self.seed, int), f"seed must be an integer, got {self.seed!r}")
+        need(self.encoder_options is None or (isinstance(self.encoder_options, Mapping)
+                                              and all(isinstance(k, str) for k in self.encoder_options)),
+             f"encoder_options must be a dict with option names as keys, or None; got {self.encoder_options!r}")
+        need(is_int(self.seed), f"seed must be an integer, got {self.seed!r}")
         self._check_device()
         from dyntc.encoders import check_encoder_options
 
@@ -264,7 +264,7 @@ class DynamicClassifier:
         """
         from dyntc.encoders import create_encoder
         from dyntc.models import PrototypicalNetwork
-        from dyntc.training import Encoded, train_prototypical
+        from dyntc.training import train_prototypical
 
         self._validate_params()
         texts, labels = self._check_pairs(texts, labels, "texts", "labels")
@@ -276,10 +276,10 @@ class DynamicClassifier:
         encoder = create_encoder(self.encoder, texts, **self._encoder_options())
         model = PrototypicalNetwork(encoder, self.metric)
         items = encoder.featurize(texts)  # once, for the episodes and the prototypes
-        train = self._encoded(items, labels, episodic)
+        train = self._episode_set(encoder, texts, labels, episodic, items)
         dev_set = None
         if dev_pair is not None:
-            dev_set = Encoded.of(encoder, *self._restrict(*dev_pair, episodic), episodic)
+            dev_set = self._episode_set(encoder, *dev_pair, episodic)
             if len(dev_set) == 0:
                 dev_set = None
         self.train_result_ = train_prototypical(model, train, dev_set, self._train_config(self.episodes, self.lr))
@@ -306,12 +306,12 @@ class DynamicClassifier:
         every stored support example is re-embedded and every prototype rebuilt. Labels with fewer
         than ``n_support + 1`` examples only appear as prototypes, not in episodes.
         """
-        from dyntc.training import Encoded, train_prototypical
+        from dyntc.training import train_prototypical
 
         self._check_fitted()
-        if not (isinstance(episodes, int) and episodes >= 1):
+        if not (is_int(episodes) and episodes >= 1):
             raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
-        if lr is not None and not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
+        if lr is not None and not (is_number(lr) and lr > 0):
             raise DyntcError(f"lr must be a number > 0 (or None for the classifier's lr), got {lr!r}")
         new_texts: list[str] = []
         new_labels: list[str] = []
@@ -322,6 +322,7 @@ class DynamicClassifier:
             unknown = sorted(set(new_labels) - set(self._support))
             if unknown:
                 raise DyntcError(f"labels {unknown[:5]} are not in the label set: add them with add_label first")
+        dev_pair = self._check_dev(dev, self.classes_)  # before anything changes
         all_texts = [t for c in self.classes_ for t in self._support[c].texts]
         all_labels = [c for c in self.classes_ for _ in self._support[c].texts]
         pool_texts, pool_labels = all_texts + new_texts, all_labels + new_labels
@@ -329,11 +330,10 @@ class DynamicClassifier:
         self._maybe_extend_vocab(new_texts)
         model = self.model_
         items = model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
-        train = self._encoded(items, pool_labels, episodic)
-        dev_pair = self._check_dev(dev, self.classes_)
+        train = self._episode_set(model.encoder, pool_texts, pool_labels, episodic, items)
         dev_set = None
         if dev_pair is not None:
-            dev_set = Encoded.of(model.encoder, *self._restrict(*dev_pair, episodic), episodic)
+            dev_set = self._episode_set(model.encoder, *dev_pair, episodic)
             if len(dev_set) == 0:
                 dev_set = None
         self.fine_tune_result_ = train_prototypical(model, train, dev_set, self._train_config(episodes, self.lr if lr is None else lr))
@@ -385,19 +385,18 @@ class DynamicClassifier:
         return eligible
 
     @staticmethod
-    def _encoded(items: list, labels: Sequence[str], classes: Sequence[str]):
-        """The examples of `classes` among already featurized (`items`, `labels`), as a training set."""
+    def _episode_set(encoder, texts: Sequence[str], labels: Sequence[str], classes: Sequence[str],
+                     items: Sequence[Any] | None = None):  # fmt: skip
+        """The examples of `classes` among (`texts`, `labels`) as a training set; `items`: their
+        features when already computed (else only the kept texts are featurized)."""
         from dyntc.training import Encoded
 
-        index = {c: i for i, c in enumerate(classes)}
-        keep = [i for i, y in enumerate(labels) if y in index]
-        return Encoded([items[i] for i in keep], np.array([index[labels[i]] for i in keep], dtype=np.int64), list(classes))
-
-    @staticmethod
-    def _restrict(texts: Sequence[str], labels: Sequence[str], classes: Sequence[str]) -> tuple[list[str], list[str]]:
         keep = set(classes)
-        pairs = [(t, y) for t, y in zip(texts, labels) if y in keep]
-        return [t for t, _ in pairs], [y for _, y in pairs]
+        idx = [i for i, y in enumerate(labels) if y in keep]
+        kept_labels = [labels[i] for i in idx]
+        if items is None:
+            return Encoded.of(encoder, [texts[i] for i in idx], kept_labels, classes)
+        return Encoded.from_items([items[i] for i in idx], kept_labels, classes)
 
     @staticmethod
     def _check_pairs(texts, labels, tname: str, lname: str, allow_empty: bool = False) -> tuple[list[str], list[str]]:
@@ -527,15 +526,18 @@ class DynamicClassifier:
 
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
         """For every text, the `k` nearest labels as ``(label, distance)``, nearest first."""
-        if not (isinstance(k, int) and k >= 1):
+        if not (is_int(k) and k >= 1):
             raise DyntcError(f"k must be an integer >= 1, got {k!r}")
-        d2 = self._query(texts)
+        return self.nearest_labels(self._query(texts), k)
+
+    def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """From squared distances ``(n, n_classes)`` (e.g. ``-decision_function(texts)``), the `k`
+        nearest labels of every row as ``(label, distance)``, nearest first."""
+        d2 = torch.as_tensor(sq_distances)
+        values, index = d2.topk(min(k, d2.shape[1]), dim=1, largest=False)
         classes = self.classes_
-        k = min(k, len(classes))
-        values, index = d2.topk(k, dim=1, largest=False)
-        dist = values.clamp_min(0).sqrt()
-        return [[(classes[j], float(v)) for j, v in zip(row_i.tolist(), row_v.tolist())]
-                for row_i, row_v in zip(index, dist)]
+        return [[(classes[j], v) for j, v in zip(row_i, row_v)]
+                for row_i, row_v in zip(index.tolist(), values.clamp_min(0).sqrt().tolist())]
 
     def score(self, texts: Sequence[str], labels: Sequence[str]) -> float:
         """Accuracy of :meth:`predict` on (`texts`, `labels`)."""
@@ -697,10 +699,20 @@ class DynamicClassifier:
     @classmethod
     def load(cls, path: str | Path) -> "DynamicClassifier":
         """Load a classifier written by :meth:`save`, on the CPU (set ``device`` afterwards to move it)."""
-        from dyntc.checkpoint import load_model, read_config
+        from dyntc.checkpoint import read_config
 
         path = Path(path)
         config = read_config(path)  # checks presence, completeness and the weights format version
+        try:
+            return cls._from_directory(path, config)
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:  # well-formed JSON of the wrong shape
+            raise DyntcError(f"classifier directory {str(path)!r} is damaged ({type(exc).__name__}: {exc}); "
+                             "save it again or restore it") from exc
+
+    @classmethod
+    def _from_directory(cls, path: Path, config: dict) -> "DynamicClassifier":
+        from dyntc.checkpoint import load_model
+
         info = config.get("meta", {}).get("classifier")
         if info is None:
             raise DyntcError(f"{path} holds a model saved by `dyntc train`, not a DynamicClassifier: "

@@ -11,3 +11,13 @@ class DyntcError(ValueError):
 
 class NotFittedError(DyntcError, AttributeError):
     """A model was used before `fit` (or `load`)."""
+
+
+def is_int(value) -> bool:
+    """An integer, not a bool (``True`` is an int to Python, never a size or a count here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -56,6 +56,7 @@ from dyntc.training import (
     check_out_dir,
     embed,
     embed_points,
+    machine_description,
     train_prototypical,
     train_supervised,
 )
@@ -380,8 +381,7 @@ class Featurized:
 
     def encoded(self, part: str, indices: np.ndarray, labels: list[str], classes: list[str]) -> Encoded:
         items = getattr(self, part)
-        index = {c: i for i, c in enumerate(classes)}
-        return Encoded([items[i] for i in indices], np.array([index[y] for y in labels], dtype=np.int64), list(classes))
+        return Encoded.from_items([items[i] for i in indices], labels, classes)
 
 
 @torch.no_grad()
@@ -460,10 +460,6 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _machine() -> str:
-    from dyntc.cli.train import machine_description
-
-    return machine_description()
 
 
 class ProtocolRun:
@@ -524,7 +520,7 @@ class ProtocolRun:
             "config": self.hp,
             "fingerprint": plan.fingerprint(),
             "dyntc_version": __version__,
-            "machine": _machine(),
+            "machine": machine_description(),
             "device": plan.device,
             "torch_threads": torch.get_num_threads(),
             "started": started or _now(),

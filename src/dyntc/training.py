@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import platform
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,9 +59,30 @@ def check_device(device: str, arg: str = "--device") -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise DyntcError(f"{arg} must be a torch device such as 'cpu' or 'cuda', got {device!r}") from exc
+    if dev.type not in ("cpu", "cuda"):
+        raise DyntcError(f"{arg} must be 'cpu' or 'cuda' (optionally 'cuda:N'), got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DyntcError(f"{arg} {device!r} requested but no CUDA device is available: use cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DyntcError(f"{arg} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return dev
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine_description() -> str:
+    """CPU model, core and torch thread counts, GPU: recorded beside every run's results."""
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{cpu_model()} ({os.cpu_count()} cores, torch {torch.get_num_threads()} threads){gpu}"
 
 
 def check_out_dir(path: Path, arg: str = "--out") -> Path:
@@ -89,12 +112,15 @@ class Encoded:
 
     @classmethod
     def of(cls, encoder: TextEncoder, texts: Sequence[str], labels: Sequence[str], classes: Sequence[str]) -> "Encoded":
+        """Featurize `texts`; their `labels` must be among `classes` (checked first)."""
         check_texts(texts)
-        index = {c: i for i, c in enumerate(classes)}
-        unknown = sorted(set(labels) - index.keys())
-        if unknown:
-            raise DyntcError(f"labels {unknown[:5]} are not among the {len(classes)} classes of this model")
-        return cls(encoder.featurize(texts), np.array([index[y] for y in labels], dtype=np.int64), list(classes))
+        ids = _label_ids(labels, classes)
+        return cls(encoder.featurize(texts), ids, list(classes))
+
+    @classmethod
+    def from_items(cls, items: Sequence[Any], labels: Sequence[str], classes: Sequence[str]) -> "Encoded":
+        """Already featurized `items` with their `labels` (each among `classes`)."""
+        return cls(list(items), _label_ids(labels, classes), list(classes))
 
     def __len__(self) -> int:
         return len(self.items)
@@ -109,6 +135,14 @@ class Encoded:
         rng = np.random.default_rng(seed)
         keep = [rng.permutation(np.flatnonzero(self.labels == c))[:limit] for c in np.unique(self.labels)]
         return self.take(np.sort(np.concatenate(keep)))
+
+
+def _label_ids(labels: Sequence[str], classes: Sequence[str]) -> np.ndarray:
+    index = {c: i for i, c in enumerate(classes)}
+    unknown = sorted(set(labels) - index.keys())
+    if unknown:
+        raise DyntcError(f"labels {unknown[:5]} are not among the {len(classes)} classes of this model")
+    return np.array([index[y] for y in labels], dtype=np.int64)
 
 
 def check_texts(texts: Sequence[str], name: str = "texts") -> None:

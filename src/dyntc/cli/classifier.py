@@ -368,17 +368,15 @@ def predict(
         _err("no input texts")
         return
     scores = torch.as_tensor(clf.decision_function(texts))  # -d², one embedding pass for all outputs
-    nearest_scores, nearest = scores.topk(min(top_k, scores.shape[1]), dim=1)
-    probs = torch.softmax(scores, dim=1).max(1).values if proba else None
-    classes = clf.classes_
+    ranked = clf.nearest_labels(-scores, top_k)
+    probs = torch.softmax(scores, dim=1).max(1).values.tolist() if proba else None
     out = sys.stdout
     for i, text in enumerate(texts):
-        record = {"text": text, "label": classes[int(nearest[i, 0])]}
+        record = {"text": text, "label": ranked[i][0][0]}
         if proba:
-            record["probability"] = round(float(probs[i]), 6)
+            record["probability"] = round(probs[i], 6)
         if top_k > 1:
-            record["top_k"] = [{"label": classes[int(j)], "distance": round(float((-v).clamp_min(0).sqrt()), 6)}
-                               for j, v in zip(nearest[i], nearest_scores[i])]
+            record["top_k"] = [{"label": label, "distance": round(d, 6)} for label, d in ranked[i]]
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +16,7 @@ from rich.table import Table
 from dyntc import __version__
 from dyntc.checkpoint import save_model, write_json
 from dyntc.errors import DyntcError
+from dyntc.training import machine_description
 
 console = Console(stderr=True)
 
@@ -36,19 +35,6 @@ def datasets(
         else:
             table.add_row(row["name"], row["folder"], "", "", "", "", "", f"[red]{row.get('missing', 'missing')}[/red]")
     Console().print(table)
-
-
-def machine_description() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{cpu} ({os.cpu_count()} cores, torch {torch.get_num_threads()} threads){gpu}"
 
 
 def train(

@@ -10,28 +10,27 @@ from dyntc.errors import DyntcError
 __all__ = ["TextEncoder", "build_encoder", "check_encoder_options", "create_encoder"]
 
 
-def check_encoder_options(name: str, **options) -> None:
-    """Raise DyntcError unless `options` are valid config values for encoder `name` (cheap: builds
-    no model, loads no file), so that a bad option fails before any data is read or trained on."""
-    options = {k: v for k, v in options.items() if v is not None}
-    if name == "sru":
-        from dyntc.encoders.glove_sru import GloveSRUConfig
+def _require_known(name: str) -> None:
+    from dyntc.encoders.pretrained import is_pretrained_name
 
-        unknown = set(options) - set(GloveSRUConfig.__dataclass_fields__)
-        if unknown:
-            raise DyntcError(f"options {sorted(unknown)} do not apply to the sru encoder")
-        GloveSRUConfig(**options)
-        return
-    from dyntc.encoders.pretrained import OPTIONS, PretrainedConfig, is_pretrained_name
-
-    if not is_pretrained_name(name):
+    if name != "sru" and not is_pretrained_name(name):
         raise DyntcError(
             f"unknown encoder {name!r}: use 'sru', 'minilm', or the path of a local sentence-transformers model"
         )
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise DyntcError(f"options {unknown} do not apply to pretrained encoders (they take {', '.join(OPTIONS)})")
-    PretrainedConfig(backbone=name, **{k: v for k, v in options.items() if k != "cache"})
+
+
+def check_encoder_options(name: str, **options) -> None:
+    """Raise DyntcError unless `options` are valid config values for encoder `name` (cheap: builds
+    no model, loads no file), so that a bad option fails before any data is read or trained on."""
+    _require_known(name)
+    if name == "sru":
+        from dyntc.encoders.glove_sru import GloveSRUConfig
+
+        GloveSRUConfig.from_options(**options)
+    else:
+        from dyntc.encoders.pretrained import config_from_options
+
+        config_from_options(name, **options)
 
 
 def create_encoder(name: str, train_texts: Sequence[str], **options) -> TextEncoder:
@@ -41,12 +40,11 @@ def create_encoder(name: str, train_texts: Sequence[str], **options) -> TextEnco
     `options` are the encoder's config fields (e.g. ``hidden_size``, ``num_layers``, ``dropout``,
     ``max_len``, ``embeddings`` for SRU); ``None`` values mean "use the default".
     """
-    check_encoder_options(name, **options)
-    options = {k: v for k, v in options.items() if v is not None}
+    _require_known(name)
     if name == "sru":
         from dyntc.encoders.glove_sru import GloveSRUConfig, GloveSRUEncoder
 
-        return GloveSRUEncoder.from_texts(train_texts, GloveSRUConfig(**options))
+        return GloveSRUEncoder.from_texts(train_texts, GloveSRUConfig.from_options(**options))
     from dyntc.encoders.pretrained import PretrainedEncoder
 
     return PretrainedEncoder.create(name, train_texts, **options)

@@ -175,21 +175,19 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _launch_shape(rows: int, H: int) -> tuple[tuple[int, int], int]:
-    """(grid, BLOCK_H): one warp per 32 hidden units of a row, as many programs as sru's CUDA
-    kernel has threads / 32 (B * D * H / 32)."""
+def _launch(kernel, rows: int, H: int, device: torch.device, *args, **constexprs) -> None:
+    """Run `kernel` with one single-warp program per row and 32 hidden units (as many warps as
+    sru's CUDA kernel has threads / 32: B * D * H / 32), on the tensors' device (Triton launches on
+    the current CUDA device)."""
     block = min(32, triton.next_power_of_2(max(H, 1)))
-    return (rows, triton.cdiv(H, block)), block
+    grid = (rows, triton.cdiv(H, block))
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        kernel[grid](*args, BLOCK_H=block, num_warps=1, **constexprs)
 
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Work buffers: the CUDA caching allocator already reuses memory, no pool needed."""
     return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _on_device(device: torch.device):
-    """Triton launches on the current CUDA device: make it the tensors' one."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train: bool):
@@ -207,8 +205,8 @@ def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train:
     wc = weight_c.detach().to(cd).reshape(2, D, H).contiguous()
     bs = bias.detach().to(cd).reshape(2, D, H).contiguous()
     c0 = c0.detach().to(cd).reshape(B, D, H).contiguous()
-    mc = c0 if mask_c is None else mask_c.detach().to(cd).reshape(B, D, H).contiguous()  # (unused if None)
-    pad = c0 if mask_pad is None else mask_pad.to(device=dev, dtype=torch.uint8).contiguous()
+    mc = None if mask_c is None else mask_c.detach().to(cd).reshape(B, D, H).contiguous()
+    pad = None if mask_pad is None else mask_pad.to(device=dev, dtype=torch.uint8).contiguous()
     sc = torch.ones(1, dtype=cd, device=dev) if k4 else torch.as_tensor(scale).detach().to(dev, cd).reshape(1)
     h = torch.empty((L, B, D, H), dtype=out_dtype, device=dev)
     c_last = torch.empty((B, D, H), dtype=cd, device=dev)
@@ -218,24 +216,20 @@ def recurrence_forward(U, x, scale, weight_c, bias, c0, mask_c, mask_pad, train:
     if L == 0 or B == 0 or H == 0:
         c_last.copy_(c0)
     else:
-        grid, block = _launch_shape(B * D, H)
-        with _on_device(dev):
-            _forward_kernel[grid](
-                U, x, wc, bs, c0, mc, pad, h, c_last, c_hist, sc, L, B, D, H,
-                K4=k4, HAS_MASK=mask_c is not None, HAS_PAD=mask_pad is not None, TRAIN=train, BLOCK_H=block,
-                num_warps=1,
-            )  # fmt: skip
+        # an absent mask / padding is passed as an unread stand-in pointer (c0)
+        _launch(_forward_kernel, B * D, H, dev, U, x, wc, bs, c0, c0 if mc is None else mc, c0 if pad is None else pad,
+                h, c_last, c_hist, sc, L, B, D, H, K4=k4, HAS_MASK=mc is not None, HAS_PAD=pad is not None,
+                TRAIN=train)  # fmt: skip
     c_last = c_last.to(out_dtype)
     if not train:
         return h, c_last, None
-    flags = torch.tensor([mask_c is not None, mask_pad is not None])
-    return h, c_last, (U, x, wc, bs, mc, pad, c_hist, sc, flags)
+    return h, c_last, (U, x, wc, bs, mc, pad, c_hist, sc)
 
 
 def recurrence_backward(saved, gh, gc_last):
     """-> gU (T, B, D, K, H), gx (T, B, D, H) or None when K == 4, g_weight_c (2DH), g_bias (2DH),
     g_c0 (B, D, H)."""
-    U, x, wc, bs, mc, pad, c_hist, sc, flags = saved
+    U, x, wc, bs, mc, pad, c_hist, sc = saved
     L, B, D, K, H = U.shape
     dev = U.device
     cd = c_hist.dtype
@@ -246,15 +240,12 @@ def recurrence_backward(saved, gh, gc_last):
     gx = gU if k4 else torch.empty((L, B, D, H), dtype=x.dtype, device=dev)
     gc0 = torch.empty((B, D, H), dtype=cd, device=dev)
     gparam = torch.zeros((B, 4, D, H), dtype=cd, device=dev)
-    has_mask, has_pad = (bool(f) for f in flags.tolist())
     if L == 0 or B == 0 or H == 0:
         gc0.copy_(gc_last)
     else:
-        grid, block = _launch_shape(B * D, H)
-        with _on_device(dev):
-            _backward_kernel[grid](
-                U, x, wc, bs, mc, pad, c_hist, gh, gc_last, gU, gx, gc0, gparam, sc, L, B, D, H,
-                K4=k4, HAS_MASK=has_mask, HAS_PAD=has_pad, BLOCK_H=block, num_warps=1,
-            )  # fmt: skip
+        # (an absent mask / padding: an unread stand-in pointer, c_hist)
+        _launch(_backward_kernel, B * D, H, dev, U, x, wc, bs, c_hist if mc is None else mc,
+                c_hist if pad is None else pad, c_hist, gh, gc_last, gU, gx, gc0, gparam, sc, L, B, D, H,
+                K4=k4, HAS_MASK=mc is not None, HAS_PAD=pad is not None)  # fmt: skip
     gp = gparam.sum(dim=0)  # (4, D, H)
     return gU, (None if k4 else gx), gp[:2].reshape(-1), gp[2:].reshape(-1), gc0

@@ -42,6 +42,8 @@ class TextEncoder(nn.Module):
         """Embed `texts` without gradient, batches of similar length; ``(N, output_dim)``."""
         from dyntc.training import embed  # training builds on this module
 
+        if len(texts) == 0:
+            return torch.zeros(0, self.output_dim)
         return embed(self, self, self.featurize(texts), batch_size).cpu()
 
 

