@@ -94,11 +94,12 @@ def test_dataset_aliases_get_the_datasets_hyperparameters():
     assert alias.hp["max_len"] == 64 != make_plan("sent", "quick").hp["max_len"]
 
 
-def test_out_must_be_a_directory(tmp_path):
+def test_out_must_be_a_directory(small_sent, tmp_path):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    with pytest.raises(DyntcError, match="not a directory"):
-        protocol.check_out_dir(not_a_dir)
+    with pytest.raises(DyntcError, match="--out .* exists and is not a directory"):
+        run_tiny(small_sent, not_a_dir)  # refused before any training
+    assert not_a_dir.read_text() == "x"
 
 
 def test_n_fine_must_exceed_n_support_for_metric_models():

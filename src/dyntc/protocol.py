@@ -31,6 +31,7 @@ import json
 import math
 import shutil
 import time
+import typing
 import zlib
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
@@ -207,6 +208,11 @@ def get_profile(name: str | Profile) -> Profile:
     return PROFILES[name]
 
 
+def _allows_none(hint) -> bool:
+    """Whether a type hint admits None anywhere (``int | None``, ``dict[str, int | None]``)."""
+    return hint is type(None) or any(_allows_none(arg) for arg in typing.get_args(hint))
+
+
 def override(profile: Profile, settings: dict[str, str]) -> Profile:
     """A copy of `profile` with fields set from ``{"field": "value"}`` strings (``--set field=value``).
 
@@ -215,13 +221,14 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
     if not settings:
         return profile
     types = {f.name: f for f in fields(profile)}
+    hints = typing.get_type_hints(Profile)
     changes: dict[str, Any] = {}
     for key, raw in settings.items():
         if key not in types or key in ("name", "description"):
             raise DyntcError(f"unknown profile setting {key!r}: choose from {', '.join(k for k in types if k not in ('name', 'description'))}")
         current = getattr(profile, key)
         sample = current.get("*") if isinstance(current, dict) else current
-        if raw.lower() == "none" and "None" not in str(types[key].type):
+        if raw.lower() == "none" and not _allows_none(hints[key]):
             raise DyntcError(f"--set {key}=none: {key} cannot be none (it is {current!r} in this profile)")
         try:
             if raw.lower() == "none":
