@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dyntc import DynamicClassifier, DyntcError, NotFittedError
-from dyntc.classifier import CLASSIFIER_FORMAT
+from dyntc.classifier.labels import Support
 
 OLD = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
 NEW = ["translate", "flip_coin"]
@@ -180,27 +180,27 @@ def test_euclidean_fit(clinc):
 
 
 def test_add_label_is_immediate_and_touches_nothing_else(clf, clinc, monkeypatch):
-    before = {c: clf._prototypes[c].clone() for c in clf.classes_}
+    before = {c: clf.labels_._prototypes[c].clone() for c in clf.classes_}
     embedded = []
-    original = clf._embed
-    monkeypatch.setattr(clf, "_embed", lambda texts: embedded.append(list(texts)) or original(texts))
+    original = clf.space_.embed
+    monkeypatch.setattr(clf.space_, "embed", lambda texts, items=None: embedded.append(list(texts)) or original(texts))
     examples = clinc["train"]["flip_coin"][:20]
     assert clf.add_label("flip_coin", examples) == sorted(OLD + ["flip_coin"])
     assert embedded == [examples]  # only the new examples were encoded
     for c, p in before.items():
-        assert torch.equal(clf._prototypes[c], p)
+        assert torch.equal(clf.labels_._prototypes[c], p)
     assert clf.support("flip_coin") == examples
     assert _acc(clf, clinc["test"], "flip_coin") > 0.6  # chance: 1/7
     assert clf.predict_proba(["hi"]).shape == (1, len(OLD) + 1)
 
 
 def test_add_examples_moves_only_that_prototype(clf, clinc):
-    before = {c: clf._prototypes[c].clone() for c in clf.classes_}
+    before = {c: clf.labels_._prototypes[c].clone() for c in clf.classes_}
     n = len(clf.support("weather"))
     assert clf.add_examples("weather", ["is it going to rain tomorrow", "how hot is it outside"]) == sorted(OLD)
     assert len(clf.support("weather")) == n + 2
-    assert not torch.equal(clf._prototypes["weather"], before["weather"])
-    assert all(torch.equal(clf._prototypes[c], before[c]) for c in OLD if c != "weather")
+    assert not torch.equal(clf.labels_._prototypes["weather"], before["weather"])
+    assert all(torch.equal(clf.labels_._prototypes[c], before[c]) for c in OLD if c != "weather")
 
 
 def test_remove_label_makes_it_unpredictable(clf, clinc):
@@ -254,11 +254,10 @@ def test_split_with_reassign_moves_old_examples_to_nearest_new_label(clf, clinc)
     assert sorted(got) == sorted(old_texts)
     # Every reassigned example sits with the new prototype (from the given examples) nearest to it.
     fresh = copy.deepcopy(clf)
-    fresh._support["balance_check"].texts = parts["balance_check"]
-    fresh._support["balance_check"].points = fresh._support["balance_check"].points[:2]
-    fresh._support["balance_history"].texts = parts["balance_history"]
-    fresh._support["balance_history"].points = fresh._support["balance_history"].points[:2]
-    fresh._refresh(["balance_check", "balance_history"])
+    for name in parts:
+        support = fresh.labels_.support(name)
+        fresh.labels_._support[name] = Support(tuple(parts[name]), support.points[:2])
+    fresh.labels_._refresh(list(parts))
     for text in clf.support("balance_check")[2:6]:
         row = dict(fresh.top_k([text], k=len(fresh.classes_))[0])
         assert row["balance_check"] <= row["balance_history"] + 1e-4
@@ -273,10 +272,10 @@ def test_merge_into_one_of_its_names(clf, clinc):
 def test_rename_keeps_everything_else(clf, clinc):
     texts, _ = _flat(clinc["test"], OLD)
     before = clf.predict(texts)
-    proto = clf._prototypes["weather"].clone()
+    proto = clf.labels_._prototypes["weather"].clone()
     assert clf.rename_label("weather", "forecast") == sorted((set(OLD) - {"weather"}) | {"forecast"})
     assert clf.predict(texts) == ["forecast" if p == "weather" else p for p in before]
-    assert torch.equal(clf._prototypes["forecast"], proto)
+    assert torch.equal(clf.labels_._prototypes["forecast"], proto)
 
 
 @pytest.mark.parametrize(
@@ -310,12 +309,13 @@ def test_rename_keeps_everything_else(clf, clinc):
     ],
 )
 def test_bad_label_operations_leave_the_classifier_unchanged(clf, op, match):
-    before = copy.deepcopy(clf._support)
+    before = dict(clf.labels_.items())
+    changed, log = set(clf.labels_.changed), list(clf.labels_.log)
     with pytest.raises(DyntcError, match=match):
         op(clf)
     assert clf.classes_ == sorted(OLD)
-    assert all(before[c].texts == clf._support[c].texts and torch.equal(before[c].points, clf._support[c].points)
-               for c in OLD)
+    assert dict(clf.labels_.items()) == before  # the very same (immutable) support sets
+    assert clf.labels_.changed == changed and clf.labels_.log == log
 
 
 def test_extend_vocab_gives_new_words_their_glove_vectors(clf):
@@ -340,8 +340,9 @@ def test_fine_tune_re_embeds_and_rebuilds(clf, clinc):
     assert len(clf.support("translate")) == 10
     # Stored points and prototypes now come from the fine-tuned encoder.
     for c in ("translate", "alarm"):
-        assert torch.allclose(clf._support[c].points, clf._embed(clf.support(c)), atol=1e-5)
-    assert torch.allclose(clf._prototypes["alarm"], clf._means(["alarm"])["alarm"], atol=1e-6)
+        assert torch.allclose(clf.labels_.support(c).points, clf.space_.embed(clf.support(c)), atol=1e-5)
+    alarm = clf.space_.means([clf.labels_.support("alarm").points])[0]
+    assert torch.allclose(clf.labels_._prototypes["alarm"], alarm, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------- persistence
@@ -352,7 +353,7 @@ def test_save_load_round_trip_identical(clf, clinc, tmp_path):
     clf.merge_labels(["alarm", "timer"], into="alarm_or_timer")
     clf.rename_label("weather", "forecast")
     path = clf.save(tmp_path / "model")
-    assert sorted(p.name for p in path.iterdir()) == ["config.json", "encoder.json", "model.safetensors", "support.json"]
+    assert sorted(p.name for p in path.iterdir()) == ["dyntc.sqlite"]
     loaded = DynamicClassifier.load(path)
     texts, _ = _flat(clinc["test"], OLD + NEW)
     assert loaded.classes_ == clf.classes_
@@ -360,60 +361,42 @@ def test_save_load_round_trip_identical(clf, clinc, tmp_path):
     assert np.array_equal(loaded.predict_proba(texts), clf.predict_proba(texts))
     assert loaded.top_k(texts[:5], 3) == clf.top_k(texts[:5], 3)
     assert loaded.get_params() == {**clf.get_params(), "device": "cpu"}
-    # Label operations keep working after a load, and a second save replaces the first atomically.
+    # Label operations keep working after a load, and a second save is a second version.
     loaded.add_label("flip_coin", clinc["train"]["flip_coin"][:5])
     loaded.save(path)
     again = DynamicClassifier.load(path)
-    assert "flip_coin" in again.classes_
+    assert "flip_coin" in again.classes_ and again.version_ == 2
     assert np.array_equal(again.predict_proba(texts[:20]), loaded.predict_proba(texts[:20]))
+    assert np.array_equal(DynamicClassifier.load(path, version=1).predict_proba(texts[:20]),
+                          clf.predict_proba(texts[:20]))
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # no temporary leftovers
 
 
 def test_load_rejects_bad_directories(fitted, tmp_path):
     with pytest.raises(DyntcError, match="does not exist"):
         DynamicClassifier.load(tmp_path / "missing")
-    path = fitted.save(tmp_path / "m")
-    config = json.loads((path / "config.json").read_text())
-
-    (path / "support.json").rename(tmp_path / "support.json")
-    with pytest.raises(DyntcError, match="incomplete: missing support.json"):
-        DynamicClassifier.load(path)
-    (tmp_path / "support.json").rename(path / "support.json")
-
-    (path / "model.safetensors").rename(tmp_path / "w")
-    with pytest.raises(DyntcError, match="incomplete: missing model.safetensors"):
-        DynamicClassifier.load(path)
-    (tmp_path / "w").rename(path / "model.safetensors")
-
-    (path / "config.json").write_text(json.dumps({**config, "format_version": 999}))
-    with pytest.raises(DyntcError, match="format 999"):
-        DynamicClassifier.load(path)
-    bad = copy.deepcopy(config)
-    bad["meta"]["classifier"]["format"] = CLASSIFIER_FORMAT + 1
-    (path / "config.json").write_text(json.dumps(bad))
-    with pytest.raises(DyntcError, match=f"classifier in format {CLASSIFIER_FORMAT + 1}"):
-        DynamicClassifier.load(path)
-    bad = copy.deepcopy(config)
-    del bad["meta"]["classifier"]
-    (path / "config.json").write_text(json.dumps(bad))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DyntcError, match="not a dyntc model directory"):
+        DynamicClassifier.load(tmp_path / "empty")
+    old = tmp_path / "old"  # the format-1 directory of earlier dyntc versions
+    old.mkdir()
+    (old / "config.json").write_text("{}")
+    (old / "support.json").write_text("{}")
+    with pytest.raises(DyntcError, match="old directory format"):
+        DynamicClassifier.load(old)
+    (old / "support.json").unlink()
     with pytest.raises(DyntcError, match="not a DynamicClassifier"):
-        DynamicClassifier.load(path)
-    (path / "config.json").write_text(json.dumps(config))
-    support = json.loads((path / "support.json").read_text())
-    support["labels"]["alarm"].pop()
-    (path / "support.json").write_text(json.dumps(support))
-    with pytest.raises(DyntcError, match="inconsistent"):
-        DynamicClassifier.load(path)
-    (path / "support.json").write_text(json.dumps([]))  # valid JSON, wrong shape
-    with pytest.raises(DyntcError, match="is damaged"):
-        DynamicClassifier.load(path)
-    (path / "support.json").write_text(json.dumps(support))
-    (path / "config.json").write_text(json.dumps({**config, "meta": []}))
-    with pytest.raises(DyntcError, match="is damaged"):
-        DynamicClassifier.load(path)
-    (path / "config.json").write_text("{not json")
-    with pytest.raises(DyntcError, match="not valid JSON"):
-        DynamicClassifier.load(path)
+        DynamicClassifier.load(old)
+    path = fitted.save(tmp_path / "m")
+    with pytest.raises(DyntcError, match="has no version 7; its versions are 1..1"):
+        DynamicClassifier.load(path, version=7)
+    garbage = tmp_path / "g"
+    garbage.mkdir()
+    (garbage / "dyntc.sqlite").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(DyntcError, match="damaged or not a dyntc store"):
+        DynamicClassifier.load(garbage)
+    with pytest.raises(DyntcError, match="not an empty directory or a dyntc model"):
+        fitted.save(old)
 
 
 def test_lazy_top_level_import():
@@ -423,23 +406,6 @@ def test_lazy_top_level_import():
     code = "import sys, dyntc; assert 'torch' not in sys.modules; print(dyntc.DynamicClassifier.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "DynamicClassifier"
-
-
-def test_save_is_atomic_on_failure(fitted, tmp_path, monkeypatch):
-    path = fitted.save(tmp_path / "m")
-    before = {p.name: p.read_bytes() for p in path.iterdir()}
-    clf = copy.deepcopy(fitted)
-    clf.add_label("new", ["some new example"])
-    import dyntc.checkpoint as checkpoint
-
-    def boom(*args, **kwargs):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(checkpoint, "write_json", boom)
-    with pytest.raises(OSError):
-        clf.save(path)
-    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
-    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["m"]
 
 
 def test_batch_size_is_checked_when_set():

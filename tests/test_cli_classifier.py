@@ -196,22 +196,12 @@ def test_bad_model_and_data_files(work, tmp_path):
     assert code == 2 and "does not exist" in err
     partial = tmp_path / "partial"
     shutil.copytree(work / "model", partial)
-    (partial / "support.json").unlink()
+    (partial / "dyntc.sqlite").write_bytes(b"garbage" * 1000)
     code, _, err = cli("labels", "list", partial)
-    assert code == 2 and "incomplete: missing support.json" in err
-    config = json.loads((work / "model" / "config.json").read_text())
-    (partial / "config.json").write_text(json.dumps({**config, "format_version": 0}))
+    assert code == 2 and "damaged or not a dyntc store" in err
+    (partial / "dyntc.sqlite").unlink()
     code, _, err = cli("labels", "list", partial)
-    assert code == 2 and "format 0" in err
-    (partial / "config.json").write_text(json.dumps(config))
-    (partial / "support.json").write_text("{}")
-    (partial / "encoder.json").write_text("{not json")
-    code, _, err = cli("labels", "list", partial)
-    assert code == 2 and "is damaged" in err
-    shutil.copy(work / "model" / "encoder.json", partial / "encoder.json")
-    (partial / "model.safetensors").write_bytes(b"garbage")
-    code, _, err = cli("labels", "list", partial)
-    assert code == 2 and "is damaged" in err
+    assert code == 2 and "not a dyntc model directory" in err
     (tmp_path / "data.csv").write_text("sentence,label\nhello,x\n")
     code, _, err = cli("fit", "--data", tmp_path / "data.csv", "--out", tmp_path / "m")
     assert code == 2 and "no column 'text'" in err and "['sentence', 'label']" in err

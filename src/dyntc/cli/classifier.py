@@ -2,8 +2,9 @@
 
 Data files are CSV (``.csv``, ``.tsv``) or JSON lines (``.jsonl``, ``.ndjson``), chosen by extension.
 Example files for ``labels`` commands may also be plain text, one example per line. Every command
-that changes a model loads it, applies the change in memory and writes the directory back
-atomically, so a failed command leaves the model on disk as it was.
+that changes a model does so under the model store's write lock and commits the change as one new
+version (:mod:`dyntc.classifier.store`): concurrent commands wait for each other instead of losing
+each other's changes, and a failed command leaves the model on disk as it was.
 """
 
 from __future__ import annotations
@@ -139,6 +140,14 @@ def _load(model: Path):
     return DynamicClassifier.load(model)
 
 
+def _editing(model: Path):
+    """The saved classifier under its store's write lock; the change is committed as one version
+    when the block ends (concurrent commands wait for each other, so none is lost)."""
+    from dyntc.classifier import DynamicClassifier
+
+    return DynamicClassifier.edit(model)
+
+
 def _print_labels(clf) -> None:
     for name, n in clf.support_counts().items():
         print(f"{name}\t{n}")
@@ -224,9 +233,8 @@ def labels_add(
     text_col: TextColOpt = "text",
 ) -> None:
     """Add a new label defined by its examples."""
-    clf = _load(model)
-    clf.add_label(name, _gather(example, examples_file, text_col, f"label {name!r}"))
-    clf.save(model)
+    with _editing(model) as clf:
+        clf.add_label(name, _gather(example, examples_file, text_col, f"label {name!r}"))
     _err(f"added {name!r} ({len(clf.support(name))} examples); {clf.n_classes_} labels")
 
 
@@ -239,9 +247,8 @@ def labels_add_examples(
     text_col: TextColOpt = "text",
 ) -> None:
     """Give an existing label more support examples."""
-    clf = _load(model)
-    clf.add_examples(name, _gather(example, examples_file, text_col, f"label {name!r}"))
-    clf.save(model)
+    with _editing(model) as clf:
+        clf.add_examples(name, _gather(example, examples_file, text_col, f"label {name!r}"))
     _err(f"{name!r} now has {len(clf.support(name))} examples")
 
 
@@ -251,10 +258,9 @@ def labels_remove(
     names: Annotated[list[str], typer.Argument(help="Labels to remove")],
 ) -> None:
     """Remove labels (they are no longer predicted). At least one label must remain."""
-    clf = _load(model)
-    for name in names:
-        clf.remove_label(name)
-    clf.save(model)
+    with _editing(model) as clf:
+        for name in names:
+            clf.remove_label(name)
     _err(f"removed {', '.join(map(repr, names))}; {clf.n_classes_} labels left")
 
 
@@ -288,9 +294,8 @@ def labels_split(
         else:
             for text, lab in zip(*read_labelled(Path(item), text_col, label_col)):
                 parts.setdefault(lab, []).append(text)
-    clf = _load(model)
-    clf.split_label(name, parts, reassign=reassign)
-    clf.save(model)
+    with _editing(model) as clf:
+        clf.split_label(name, parts, reassign=reassign)
     _err(f"split {name!r} into {', '.join(f'{n!r} ({len(clf.support(n))})' for n in parts)}")
 
 
@@ -301,9 +306,8 @@ def labels_merge(
     into: Annotated[str, typer.Option(help="Name of the merged label (one of NAMES or a new one)")],
 ) -> None:
     """Merge labels into one whose support set is their union."""
-    clf = _load(model)
-    clf.merge_labels(names, into=into)
-    clf.save(model)
+    with _editing(model) as clf:
+        clf.merge_labels(names, into=into)
     _err(f"merged {', '.join(map(repr, names))} into {into!r} ({len(clf.support(into))} examples)")
 
 
@@ -314,10 +318,39 @@ def labels_rename(
     new: Annotated[str, typer.Argument(help="New name")],
 ) -> None:
     """Rename a label."""
-    clf = _load(model)
-    clf.rename_label(old, new)
-    clf.save(model)
+    with _editing(model) as clf:
+        clf.rename_label(old, new)
     _err(f"renamed {old!r} to {new!r}")
+
+
+@labels_app.command("versions")
+def labels_versions(
+    model: ModelDir,
+    limit: Annotated[int, typer.Option(help="Show at most this many, newest first")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines instead of a table")] = False,
+) -> None:
+    """List the committed versions of the label set (every label operation is one)."""
+    from dyntc.classifier import DynamicClassifier
+
+    if limit < 1:
+        raise DyntcError(f"--limit must be >= 1, got {limit}")
+    for v in DynamicClassifier.versions(model, limit):
+        if as_json:
+            print(json.dumps(v, ensure_ascii=False))
+        else:
+            print(f"{v['version']}\t{v['created']}\t{v['op']}\t{v['n_labels']} labels, {v['n_examples']} examples")
+
+
+@labels_app.command("restore")
+def labels_restore(
+    model: ModelDir,
+    version: Annotated[int, typer.Argument(help="The version to bring back (see `dyntc labels versions`)")],
+) -> None:
+    """Make an earlier version the current one again (as a new version; nothing is deleted)."""
+    from dyntc.classifier import DynamicClassifier
+
+    new = DynamicClassifier.restore(model, version)
+    _err(f"restored version {version} as version {new}")
 
 
 # ---------------------------------------------------------------------------------------- predict

@@ -1,0 +1,566 @@
+"""``DynamicClassifier``: a text classifier whose label set changes without retraining.
+
+An encoder maps texts into a metric space (Euclidean, or the hyperboloid model of hyperbolic space);
+a label is the prototype (mean, or Fréchet mean) of its embedded support examples; a text gets the
+label of the nearest prototype. Adding, removing, splitting, merging or renaming a label only
+changes the support sets, so it takes effect at once, without training::
+
+    from dyntc import DynamicClassifier
+
+    clf = DynamicClassifier(metric="hyperbolic", episodes=500).fit(texts, labels)
+    clf.add_label("book_hotel", ["find me a hotel in paris", "book a room for two nights", ...])
+    clf.predict(["I need a room in rome for friday"])          # -> ["book_hotel"]
+    clf.save("model/");  clf = DynamicClassifier.load("model/")
+
+The parts: :class:`~dyntc.classifier.model.MetricSpace` (encoder + metric), the
+:class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label operations),
+:mod:`~dyntc.classifier.fit` (training) and :class:`~dyntc.classifier.store.ModelStore`
+(versioned persistence). This class holds the scikit-learn-style parameters and joins them.
+
+The SRU encoder's vocabulary is fixed at ``fit`` (the training words GloVe knows). With
+``extend_vocab=True`` (the default) the words of later examples that GloVe knows are appended to it
+(their frozen GloVe vectors, no training needed), so new labels are not reduced to ``<unk>`` tokens;
+texts embedded earlier keep their points.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dyntc.classifier import fit as trainer
+from dyntc.classifier.labels import LabelSet, check_examples
+from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
+from dyntc.errors import DyntcError, NotFittedError, is_int, is_number
+
+#: Version of the classifier's stored description (params, calibration); the store has its own.
+CLASSIFIER_FORMAT = 2
+_METRICS = ("hyperbolic", "euclidean")
+
+
+class DynamicClassifier:
+    """Nearest-prototype text classifier with an editable label set (scikit-learn conventions).
+
+    Parameters (stored as given by the constructor; validated by :meth:`fit`):
+
+    encoder
+        ``"sru"`` (frozen GloVe + SRU, the paper's; vocabulary from the training texts), ``"minilm"``
+        or the path of a local sentence-transformers model.
+    metric
+        ``"hyperbolic"`` (hyperboloid model; prototypes are Fréchet means) or ``"euclidean"``.
+    hidden_size, num_layers, dropout, max_len
+        Encoder shape: output size, layers, dropout and tokens kept per text. ``None`` means the
+        encoder's default (SRU: 4 layers, dropout 0.5; pretrained: a 1-layer head, dropout 0.1).
+    embeddings
+        SRU only: a GloVe text file (None = the packaged glove.6B.50d).
+    encoder_options
+        Extra keyword options for the encoder factory (e.g. for a pretrained encoder).
+    episodes, lr, n_support, n_query, max_classes, eval_every, patience, time_budget_s
+        Episodic training: at most ``episodes`` episodes of ``max_classes`` classes with ``n_support``
+        support examples each and ``n_query`` queries in total; Adam with learning rate ``lr``. With a
+        dev set, accuracy is checked every ``eval_every`` episodes and training stops after
+        ``patience`` checks without improvement (the best weights are kept).
+    extend_vocab
+        Append the GloVe-known new words of later examples to the SRU vocabulary (see module doc).
+    batch_size
+        Texts per batch when embedding (prediction, label operations).
+    seed, device, progress
+        Random seed; torch device for training and prediction (``"cpu"``, ``"cuda"``); progress bars.
+    """
+
+    def __init__(
+        self,
+        encoder: str = "sru",
+        metric: str = "hyperbolic",
+        *,
+        hidden_size: int = 128,
+        num_layers: int | None = None,
+        dropout: float | None = None,
+        max_len: int = 64,
+        embeddings: str | None = None,
+        encoder_options: dict | None = None,
+        episodes: int = 1000,
+        lr: float = 1e-3,
+        n_support: int = 4,
+        n_query: int = 64,
+        max_classes: int = 50,
+        eval_every: int = 100,
+        patience: int = 10,
+        time_budget_s: float | None = None,
+        extend_vocab: bool = True,
+        batch_size: int = 256,
+        seed: int = 0,
+        device: str = "cpu",
+        progress: bool = False,
+    ):
+        self.encoder = encoder
+        self.metric = metric
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.max_len = max_len
+        self.embeddings = embeddings
+        self.encoder_options = encoder_options
+        self.episodes = episodes
+        self.lr = lr
+        self.n_support = n_support
+        self.n_query = n_query
+        self.max_classes = max_classes
+        self.eval_every = eval_every
+        self.patience = patience
+        self.time_budget_s = time_budget_s
+        self.extend_vocab = extend_vocab
+        self.batch_size = batch_size
+        self.seed = seed
+        self.device = device
+        self.progress = progress
+
+    # ------------------------------------------------------------------ scikit-learn conventions
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters, as a dict (scikit-learn convention)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params) -> "DynamicClassifier":
+        """Set constructor parameters; they apply at the next :meth:`fit` (``device``, ``batch_size``,
+        ``extend_vocab`` and ``progress`` apply at once)."""
+        valid = self._param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise DyntcError(f"invalid parameter {name!r} for DynamicClassifier; valid ones: {', '.join(valid)}")
+            if name == "batch_size" and not (is_int(value) and value >= 1):
+                raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")
+            if name == "device":
+                self._check_device(value)
+            setattr(self, name, value)
+        self._sync_space()
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
+        return f"DynamicClassifier({', '.join(changed)})"
+
+    def _validate_params(self) -> None:
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise DyntcError(msg)
+
+        need(isinstance(self.encoder, str) and bool(self.encoder),
+             f"encoder must be 'sru', 'minilm' or a model path, got {self.encoder!r}")
+        need(self.metric in _METRICS, f"metric must be 'hyperbolic' or 'euclidean', got {self.metric!r}")
+        for name in ("hidden_size", "num_layers", "max_len", "episodes", "n_support", "n_query",
+                     "eval_every", "patience", "batch_size"):
+            value = getattr(self, name)
+            if value is None and name in ("num_layers", "max_len"):
+                continue
+            need(is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
+        need(is_int(self.max_classes) and self.max_classes >= 2,
+             f"max_classes must be an integer >= 2, got {self.max_classes!r}")
+        need(self.dropout is None or (is_number(self.dropout) and 0 <= self.dropout < 1),
+             f"dropout must be in [0, 1), got {self.dropout!r}")
+        need(is_number(self.lr) and self.lr > 0, f"lr must be a number > 0, got {self.lr!r}")
+        need(self.time_budget_s is None or (is_number(self.time_budget_s) and self.time_budget_s > 0),
+             f"time_budget_s must be None or > 0 seconds, got {self.time_budget_s!r}")
+        need(self.encoder_options is None or (isinstance(self.encoder_options, Mapping)
+                                              and all(isinstance(k, str) for k in self.encoder_options)),
+             f"encoder_options must be a dict with option names as keys, or None; got {self.encoder_options!r}")
+        need(is_int(self.seed), f"seed must be an integer, got {self.seed!r}")
+        self._check_device(self.device)
+        from dyntc.encoders import check_encoder_options
+
+        try:
+            check_encoder_options(self.encoder, **self._encoder_options())
+        except DyntcError as exc:
+            raise DyntcError(f"{exc} (encoder={self.encoder!r}, encoder_options={self.encoder_options!r})") from None
+
+    @staticmethod
+    def _check_device(device: Any) -> torch.device:
+        from dyntc.training import check_device
+
+        return check_device(device, "device")
+
+    def _encoder_options(self) -> dict:
+        options = {"hidden_size": self.hidden_size, "num_layers": self.num_layers, "dropout": self.dropout,
+                   "max_len": self.max_len}
+        if self.encoder == "sru":
+            options["embeddings"] = self.embeddings
+        return {**options, **(self.encoder_options or {})}  # None values = the encoder's default
+
+    def _train_config(self, episodes: int, lr: float):
+        from dyntc.training import TrainConfig
+
+        return TrainConfig(
+            lr=lr, max_episodes=episodes, n_support=self.n_support, n_query=self.n_query,
+            max_classes=self.max_classes, eval_every=self.eval_every, patience=self.patience,
+            time_budget_s=self.time_budget_s, seed=self.seed, device=str(self._check_device(self.device)),
+            progress=self.progress,
+        )
+
+    def _space_options(self) -> dict:
+        return {"device": str(self.device), "batch_size": self.batch_size, "extend_vocab": self.extend_vocab}
+
+    def _sync_space(self) -> None:
+        space = getattr(self, "space_", None)
+        if space is not None:
+            for name, value in self._space_options().items():
+                setattr(space, name, value)
+
+    # ------------------------------------------------------------------ fitted state
+
+    def _check_fitted(self) -> None:
+        if getattr(self, "space_", None) is None:
+            raise NotFittedError(
+                "this DynamicClassifier is not fitted yet: call fit(texts, labels) or DynamicClassifier.load(path) first"
+            )
+
+    @property
+    def model_(self):
+        """The trained :class:`~dyntc.models.PrototypicalNetwork`."""
+        self._check_fitted()
+        return self.space_.model
+
+    @property
+    def labels_(self) -> LabelSet:
+        """The label set (support examples, prototypes, label operations)."""
+        self._check_fitted()
+        return self._labels
+
+    @property
+    def classes_(self) -> list[str]:
+        """The current label set, sorted (the column order of :meth:`predict_proba`)."""
+        return self.labels_.classes
+
+    @property
+    def n_classes_(self) -> int:
+        return len(self.labels_)
+
+    def support(self, name: str) -> list[str]:
+        """The support texts of label `name` (a copy)."""
+        return list(self.labels_.support(name).texts)
+
+    def support_counts(self) -> dict[str, int]:
+        """Number of support examples of every label, in ``classes_`` order."""
+        return self.labels_.counts()
+
+    def copy(self) -> "DynamicClassifier":
+        """A copy with its own label set, sharing the trained network: label operations on the copy
+        leave this classifier unchanged (a reader of it keeps seeing the old labels). Training the copy
+        (:meth:`fine_tune`) would change the shared network: refit or load instead."""
+        self._check_fitted()
+        other = copy.copy(self)
+        other._labels = self._labels.copy()
+        return other
+
+    # ------------------------------------------------------------------ fit / fine-tune
+
+    def fit(self, texts: Sequence[str], labels: Sequence[str], dev: tuple[Sequence[str], Sequence[str]] | None = None
+            ) -> "DynamicClassifier":
+        """Train the encoder episodically on (`texts`, `labels`) and build one prototype per label from
+        all of its training examples.
+
+        `dev` = ``(texts, labels)`` enables early stopping on dev accuracy (dev labels must be among
+        the training labels). Labels with fewer than ``n_support + 1`` examples take no part in the
+        episodes but still get a prototype; at least two labels must have enough examples.
+        """
+        from dyntc.encoders import create_encoder
+        from dyntc.models import PrototypicalNetwork
+
+        self._validate_params()
+        texts, labels = trainer.check_pairs(texts, labels)
+        classes = sorted(set(labels))
+        dev_pair = trainer.check_dev(dev, classes)
+        trainer.episodic_classes(labels, classes, self.n_support)  # fail before building the encoder
+        torch.manual_seed(self.seed)
+        encoder = create_encoder(self.encoder, texts, **self._encoder_options())
+        model = PrototypicalNetwork(encoder, self.metric)
+        items = encoder.featurize(texts)  # once, for the episodes and the prototypes
+        self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
+                                                     self._train_config(self.episodes, self.lr))
+        self.space_ = MetricSpace(model, **self._space_options())
+        self._install(texts, labels, items)
+        self.calibration_ = None
+        self._source: tuple[str, int] | None = None
+        return self
+
+    def fine_tune(
+        self,
+        texts: Sequence[str] | None = None,
+        labels: Sequence[str] | None = None,
+        *,
+        episodes: int = 100,
+        lr: float | None = None,
+        dev: tuple[Sequence[str], Sequence[str]] | None = None,
+        add_to_support: bool = True,
+    ) -> "DynamicClassifier":
+        """Further episodic training on the current label set (the paper's fine-tuned model).
+
+        Episodes are drawn from every label's stored support examples plus the given (`texts`,
+        `labels`), whose labels must already exist (add new labels with :meth:`add_label` first).
+        With `add_to_support` the given examples also join their labels' support sets. Afterwards
+        every stored support example is re-embedded and every prototype rebuilt. Labels with fewer
+        than ``n_support + 1`` examples only appear as prototypes, not in episodes.
+        """
+        self._check_fitted()
+        if not (is_int(episodes) and episodes >= 1):
+            raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
+        if lr is not None and not (is_number(lr) and lr > 0):
+            raise DyntcError(f"lr must be a number > 0 (or None for the classifier's lr), got {lr!r}")
+        new_texts: list[str] = []
+        new_labels: list[str] = []
+        if texts is not None or labels is not None:
+            if texts is None or labels is None:
+                raise DyntcError("fine_tune needs both texts and labels (or neither)")
+            new_texts, new_labels = trainer.check_pairs(texts, labels, allow_empty=True)
+            unknown = sorted(set(new_labels) - set(self.classes_))
+            if unknown:
+                raise DyntcError(f"labels {unknown[:5]} are not in the label set: add them with add_label first")
+        dev_pair = trainer.check_dev(dev, self.classes_)  # before anything changes
+        stored = self._labels.items()
+        all_texts = [t for _, s in stored for t in s.texts]
+        all_labels = [c for c, s in stored for _ in s.texts]
+        pool_texts, pool_labels = all_texts + new_texts, all_labels + new_labels
+        trainer.episodic_classes(pool_labels, self.classes_, self.n_support)
+        self.space_.extend_vocabulary(new_texts)
+        model = self.space_.model
+        items = model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
+        self.fine_tune_result_ = trainer.train_episodic(
+            model, pool_texts, pool_labels, items, dev_pair, self._train_config(episodes, self.lr if lr is None else lr))
+        self.space_.weights_changed()
+        if add_to_support and new_texts:
+            all_texts, all_labels = pool_texts, pool_labels
+        log = self._labels.log + [{"op": "fine_tune", "episodes": self.fine_tune_result_.steps,
+                                   "examples": len(new_texts)}]
+        self._install(all_texts, all_labels, items[: len(all_texts)])
+        self._labels.log = log
+        return self
+
+    def _install(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None) -> None:
+        """A fresh label set from (`texts`, `labels`): every text embedded again, every prototype rebuilt."""
+        points = self.space_.embed(texts, items)
+        groups: dict[str, list[int]] = {}
+        for i, y in enumerate(labels):
+            groups.setdefault(y, []).append(i)
+        self._labels = LabelSet.from_groups(self.space_, {
+            y: ([texts[i] for i in idx], points[torch.as_tensor(idx, dtype=torch.long)].clone())
+            for y, idx in groups.items()
+        })
+        self._labels.changed = set(groups)
+
+    # ------------------------------------------------------------------ prediction
+
+    def _query(self, texts: Sequence[str]) -> torch.Tensor:
+        self._check_fitted()
+        texts = check_examples(texts, "texts", allow_empty=True)
+        return self._labels.sq_distances(self.space_.embed(texts)) if texts else torch.zeros(0, self.n_classes_)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Points of `texts` in the metric space: ``(n, d)`` Euclidean, ``(n, d + 1)`` on the hyperboloid."""
+        self._check_fitted()
+        return self.space_.embed(check_examples(texts, "texts", allow_empty=True)).numpy()
+
+    def predict(self, texts: Sequence[str]) -> list[str]:
+        """The label of the nearest prototype for every text."""
+        d2 = self._query(texts)
+        classes = self.classes_
+        return [classes[i] for i in d2.argmin(1).tolist()]
+
+    def decision_function(self, texts: Sequence[str]) -> np.ndarray:
+        """``-d²`` to every prototype, ``(n, n_classes)`` (higher = nearer); columns in ``classes_``
+        order. :meth:`predict`, :meth:`predict_proba` and :meth:`top_k` all derive from it, so a
+        caller needing several of them embeds the texts once with this."""
+        return (-self._query(texts).double()).numpy()
+
+    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
+        """``softmax(-d²)`` over the prototypes, ``(n, n_classes)``; columns in ``classes_`` order."""
+        return torch.softmax(-self._query(texts).double(), dim=1).numpy()
+
+    def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
+        """For every text, the `k` nearest labels as ``(label, distance)``, nearest first."""
+        if not (is_int(k) and k >= 1):
+            raise DyntcError(f"k must be an integer >= 1, got {k!r}")
+        return self.nearest_labels(self._query(texts), k)
+
+    def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """From squared distances ``(n, n_classes)`` (e.g. ``-decision_function(texts)``), the `k`
+        nearest labels of every row as ``(label, distance)``, nearest first."""
+        d2 = torch.as_tensor(sq_distances)
+        values, index = d2.topk(min(k, d2.shape[1]), dim=1, largest=False)
+        classes = self.classes_
+        return [[(classes[j], v) for j, v in zip(row_i, row_v)]
+                for row_i, row_v in zip(index.tolist(), values.clamp_min(0).sqrt().tolist())]
+
+    def score(self, texts: Sequence[str], labels: Sequence[str]) -> float:
+        """Accuracy of :meth:`predict` on (`texts`, `labels`)."""
+        texts, labels = trainer.check_pairs(texts, labels)
+        return float(np.mean([p == y for p, y in zip(self.predict(texts), labels)]))
+
+    # ------------------------------------------------------------------ label operations
+
+    def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
+        self.labels_.add_label(name, examples)
+        return self.classes_
+
+    def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Add support `examples` to the existing label `name`; its prototype moves at once."""
+        self.labels_.add_examples(name, examples)
+        return self.classes_
+
+    def remove_label(self, name: str) -> list[str]:
+        """Remove label `name` (it can no longer be predicted). At least one label must remain."""
+        self.labels_.remove_label(name)
+        return self.classes_
+
+    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
+        """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
+
+        Rule: the given examples define the new labels; the old label and its prototype disappear.
+        A new name may reuse `name` itself but no other existing label. With ``reassign=True`` every
+        stored support example of the old label also joins the new label whose prototype (from the
+        given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
+        """
+        self.labels_.split_label(name, parts, reassign=reassign)
+        return self.classes_
+
+    def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
+        """Merge the labels `names` (at least two) into one label `into` whose support set is their
+        union. `into` may be one of `names` or a new name (not another existing label)."""
+        self.labels_.merge_labels(names, into)
+        return self.classes_
+
+    def rename_label(self, old: str, new: str) -> list[str]:
+        """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
+        self.labels_.rename_label(old, new)
+        return self.classes_
+
+    # ------------------------------------------------------------------ persistence
+
+    def save(self, path: str | Path) -> Path:
+        """Commit the classifier to the model directory `path` as a new version.
+
+        The directory holds a versioned store (:mod:`dyntc.classifier.store`): saving a classifier
+        loaded from `path` stores only the labels changed since, and fails with a clear error if
+        another writer committed in between (its changes would be lost); saving any other classifier
+        replaces the content, keeping the older versions restorable. A crash never leaves half a
+        version on disk.
+        """
+        self._check_fitted()
+        path = Path(path)
+        store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
+        with store.transaction() as txn:
+            version = self._commit(txn, "save", check_base=True)
+        self._committed(store.store_id(), version)
+        return path
+
+    @classmethod
+    @contextmanager
+    def edit(cls, path: str | Path) -> Iterator["DynamicClassifier"]:
+        """Read-modify-write of a saved classifier under the store's write lock::
+
+            with DynamicClassifier.edit("model/") as clf:
+                clf.add_label("refund", ["I want my money back", ...])
+
+        Concurrent editors (other processes, the HTTP service) wait for each other, so none of
+        their changes is lost; the change is committed as one version when the block ends without
+        error, and discarded otherwise."""
+        store = ModelStore.open(path)
+        with store.transaction() as txn:
+            clf = cls._from_snapshot(txn.read())
+            yield clf
+            version = clf._commit(txn, "edit") if clf._has_changes() else None
+        if version is not None:
+            clf._committed(clf._source[0], version)
+
+    def _has_changes(self) -> bool:
+        return bool(self._labels.changed or self._labels.log or self.space_._weights_hash is None)
+
+    def _commit(self, txn: Transaction, op: str, *, check_base: bool = False) -> int:
+        """Write this classifier's state through `txn`; returns the new version's id."""
+        same_store = self._source is not None and self._source[0] == txn.store_id
+        if same_store and check_base and txn.head != self._source[1]:
+            raise DyntcError(
+                f"{txn.store.path} changed since this classifier was loaded (version {self._source[1]}, now "
+                f"{txn.head}): saving would undo those changes. Load it again and repeat your change, use "
+                "DynamicClassifier.edit(path), or save to another path")
+        incremental = same_store and txn.head == self._source[1]
+        data, key = self.space_.weights()
+        if data is None and not txn.has_blob(key):  # weights known elsewhere, new to this store
+            self.space_.weights_changed()
+            data, key = self.space_.weights()
+        document = {**self.space_.document(), "format": CLASSIFIER_FORMAT, "params": self.get_params(),
+                    "calibration": getattr(self, "calibration_", None)}
+        names = self._labels.changed if incremental else self.classes_
+        labels = {n: ((s.texts, s.points) if (s := self._labels._support.get(n)) is not None else None) for n in names}
+        log = self._labels.log or [{"op": op}]
+        return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
+                          weights=data if data is not None else key, labels=labels, replace_all=not incremental)
+
+    def _committed(self, store_id: str, version: int) -> None:
+        self._labels.changed.clear()
+        self._labels.log.clear()
+        self._source = (store_id, version)
+
+    @property
+    def version_(self) -> int | None:
+        """The store version this classifier was loaded from or last committed as (None if never)."""
+        self._check_fitted()
+        return self._source[1] if self._source else None
+
+    @classmethod
+    def load(cls, path: str | Path, version: int | None = None) -> "DynamicClassifier":
+        """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
+        afterwards to move it)."""
+        return cls._from_snapshot(ModelStore.open(path).read(version))
+
+    @classmethod
+    def _from_snapshot(cls, snap: Snapshot) -> "DynamicClassifier":
+        doc = snap.document
+        if doc.get("format") != CLASSIFIER_FORMAT:
+            raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads format "
+                             f"{CLASSIFIER_FORMAT}: refit it or use the dyntc version that wrote it")
+        params = {k: v for k, v in (doc.get("params") or {}).items() if k in cls._param_names()}
+        params["device"] = "cpu"
+        self = cls(**params)
+        self.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **self._space_options())
+        if any(p.shape[1] != self.space_.dim for _, p in snap.labels.values()):
+            raise DyntcError(f"the stored points do not have the model's {self.space_.dim} coordinates: the store is damaged")
+        self._labels = LabelSet.from_groups(self.space_, snap.labels)
+        self.calibration_ = doc.get("calibration")
+        self._source = (snap.store_id, snap.version)
+        return self
+
+    @staticmethod
+    def versions(path: str | Path, limit: int | None = None) -> list[dict]:
+        """The committed versions of the classifier saved at `path`, newest first."""
+        return ModelStore.open(path).versions(limit)
+
+    @staticmethod
+    def restore(path: str | Path, version: int) -> int:
+        """Make `version` of the classifier at `path` its newest version again (a new version; nothing
+        is deleted). Returns the new version's id."""
+        if not (is_int(version) and version >= 1):
+            raise DyntcError(f"version must be an integer >= 1, got {version!r}")
+        store = ModelStore.open(path)
+        with store.transaction() as txn:
+            return txn.restore(version)
+
+    # ------------------------------------------------------------------ misc
+
+    def describe(self) -> dict:
+        """A JSON-able summary: parameters, labels and their support counts."""
+        self._check_fitted()
+        return {"params": self.get_params(), "n_classes": self.n_classes_, "support_counts": self.support_counts(),
+                "version": self.version_}

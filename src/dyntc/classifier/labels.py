@@ -1,0 +1,231 @@
+"""The label set of a :class:`~dyntc.classifier.DynamicClassifier`: support examples and prototypes.
+
+For every label the set keeps its support texts, their points in the metric space (computed once,
+when the examples arrive) and its prototype. A label operation touches only the labels it names:
+their prototypes are recomputed (one batched mean over those labels) and no stored example is
+re-encoded. :class:`Support` objects are never modified in place, so :meth:`LabelSet.copy` is a
+cheap copy-on-write snapshot: a reader holding the old set keeps seeing the old labels while a
+writer changes the copy (the HTTP service relies on this).
+
+``changed`` records the labels an operation added, changed or removed since the last commit to a
+store, and ``log`` what was done; the store then writes only those labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dyntc.classifier.model import MetricSpace
+from dyntc.errors import DyntcError
+
+
+@dataclass(frozen=True)
+class Support:
+    """One label's support set: its texts and their points (CPU, float32)."""
+
+    texts: tuple[str, ...]
+    points: torch.Tensor  # (n, dim)
+
+
+def check_name(name: Any, arg: str = "name") -> str:
+    if not isinstance(name, str):
+        raise DyntcError(f"{arg} must be a label name (str), got {type(name).__name__}")
+    if not name.strip():
+        raise DyntcError(f"{arg} must be a non-empty label name, got {name!r}")
+    return name
+
+
+def check_examples(examples: Any, arg: str = "examples", *, allow_empty: bool = False) -> list[str]:
+    from dyntc.training import check_texts
+
+    if isinstance(examples, str):
+        raise DyntcError(f"{arg} must be a list of texts, not a single string: wrap it as [{examples[:30]!r}]")
+    if not isinstance(examples, Iterable):
+        raise DyntcError(f"{arg} must be a list of texts, got {type(examples).__name__}")
+    examples = list(examples)
+    if not examples and not allow_empty:
+        raise DyntcError(f"{arg} is empty: a label needs at least one example text")
+    check_texts(examples, arg)
+    return examples
+
+
+class LabelSet:
+    """Labels -> support sets and prototypes in one :class:`MetricSpace`, with the label operations."""
+
+    def __init__(self, space: MetricSpace):
+        self.space = space
+        self._support: dict[str, Support] = {}
+        self._prototypes: dict[str, torch.Tensor] = {}
+        self._matrix: torch.Tensor | None = None
+        self.changed: set[str] = set()
+        self.log: list[dict] = []
+
+    @classmethod
+    def from_groups(cls, space: MetricSpace, groups: Mapping[str, tuple[Sequence[str], torch.Tensor]]) -> "LabelSet":
+        """A set from ``{label: (texts, points)}``; every prototype computed in one batch."""
+        self = cls(space)
+        self._support = {name: Support(tuple(texts), points) for name, (texts, points) in sorted(groups.items())}
+        self._refresh(self._support)
+        return self
+
+    def copy(self) -> "LabelSet":
+        other = LabelSet(self.space)
+        other._support, other._prototypes, other._matrix = dict(self._support), dict(self._prototypes), self._matrix
+        other.changed, other.log = set(self.changed), list(self.log)
+        return other
+
+    # ---------------------------------------------------------------- reading
+
+    @property
+    def classes(self) -> list[str]:
+        return sorted(self._support)
+
+    def __len__(self) -> int:
+        return len(self._support)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._support
+
+    def support(self, name: str) -> Support:
+        return self._support[self.require(name)]
+
+    def items(self) -> list[tuple[str, Support]]:
+        return [(c, self._support[c]) for c in self.classes]
+
+    def counts(self) -> dict[str, int]:
+        return {c: len(self._support[c].texts) for c in self.classes}
+
+    def prototypes(self) -> torch.Tensor:
+        """``(n_classes, dim)`` in ``classes`` order."""
+        if self._matrix is None:
+            self._matrix = torch.stack([self._prototypes[c] for c in self.classes])
+        return self._matrix
+
+    def sq_distances(self, points: torch.Tensor) -> torch.Tensor:
+        """Squared distances from `points` to every prototype, ``(n, n_classes)``."""
+        return self.space.sq_distances(points, self.prototypes())
+
+    def require(self, name: Any, arg: str = "name") -> str:
+        check_name(name, arg)
+        if name not in self._support:
+            known = ", ".join(repr(c) for c in self.classes[:10])
+            more = f" and {len(self) - 10} more" if len(self) > 10 else ""
+            raise DyntcError(f"label {name!r} does not exist; the labels are {known}{more}")
+        return name
+
+    def require_new(self, name: Any, arg: str = "name", allowed: Iterable[str] = ()) -> str:
+        check_name(name, arg)
+        if name in self._support and name not in set(allowed):
+            raise DyntcError(f"label {name!r} already exists: use add_examples to give it more examples, or pick another name")
+        return name
+
+    # ---------------------------------------------------------------- operations
+
+    def _set(self, name: str, support: Support | None) -> None:
+        if support is None:
+            self._support.pop(name, None)
+        else:
+            self._support[name] = support
+        self.changed.add(name)
+
+    def _new_support(self, texts: Sequence[str]) -> Support:
+        return Support(tuple(texts), self.space.embed_new(texts))
+
+    def add_label(self, name: str, examples: Sequence[str]) -> None:
+        self.require_new(name)
+        examples = check_examples(examples)
+        self._set(name, self._new_support(examples))
+        self._refresh([name])
+        self.log.append({"op": "add_label", "label": name, "examples": len(examples)})
+
+    def add_examples(self, name: str, examples: Sequence[str]) -> None:
+        self.require(name)
+        examples = check_examples(examples)
+        new, old = self._new_support(examples), self._support[name]
+        self._set(name, Support(old.texts + new.texts, torch.cat([old.points, new.points])))
+        self._refresh([name])
+        self.log.append({"op": "add_examples", "label": name, "examples": len(examples)})
+
+    def remove_label(self, name: str) -> None:
+        self.require(name)
+        if len(self) == 1:
+            raise DyntcError(f"cannot remove {name!r}: it is the only label left and predictions need at least one")
+        self._set(name, None)
+        self._refresh([])
+        self.log.append({"op": "remove_label", "label": name})
+
+    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> None:
+        """Replace `name` by the labels of `parts` (``{new: examples}``, at least two). With `reassign`
+        each old support example also joins the new label whose prototype is nearest (stored points
+        reused, nothing re-encoded)."""
+        self.require(name)
+        if not isinstance(parts, Mapping):
+            raise DyntcError("parts must be a dict {new_label: [example texts, ...]}")
+        if len(parts) < 2:
+            raise DyntcError(f"split_label needs at least two new labels in parts, got {len(parts)}: "
+                             "to give the label a new name use rename_label")
+        checked = {}
+        for new, examples in parts.items():
+            self.require_new(new, "new label name", allowed=[name])
+            checked[new] = check_examples(examples, f"examples of {new!r}")
+        new_sets = {new: self._new_support(examples) for new, examples in checked.items()}
+        old = self._support[name]
+        self._set(name, None)
+        if reassign:
+            names = list(new_sets)
+            protos = self.space.means([new_sets[n].points for n in names])
+            nearest = self.space.sq_distances(old.points, protos).argmin(1)
+            for j, new in enumerate(names):
+                idx = torch.nonzero(nearest == j).flatten()
+                if len(idx):
+                    s = new_sets[new]
+                    new_sets[new] = Support(s.texts + tuple(old.texts[i] for i in idx.tolist()),
+                                            torch.cat([s.points, old.points[idx]]))
+        for new, support in new_sets.items():
+            self._set(new, support)
+        self._refresh(new_sets)
+        self.log.append({"op": "split_label", "label": name, "into": list(new_sets), "reassign": reassign})
+
+    def merge_labels(self, names: Sequence[str], into: str) -> None:
+        if isinstance(names, str) or not isinstance(names, Iterable):
+            raise DyntcError("names must be a list of at least two label names")
+        names = list(names)
+        if len(names) < 2:
+            raise DyntcError(f"merge_labels needs at least two labels to merge, got {len(names)}")
+        if len(set(names)) != len(names):
+            raise DyntcError(f"merge_labels got a label twice: {names}")
+        for n in names:
+            self.require(n, "names")
+        self.require_new(into, "into", allowed=names)
+        merged = [self._support[n] for n in names]
+        for n in names:
+            self._set(n, None)
+        self._set(into, Support(tuple(t for s in merged for t in s.texts), torch.cat([s.points for s in merged])))
+        self._refresh([into])
+        self.log.append({"op": "merge_labels", "labels": names, "into": into})
+
+    def rename_label(self, old: str, new: str) -> None:
+        self.require(old, "old")
+        check_name(new, "new")
+        if new == old:
+            raise DyntcError(f"rename_label: old and new names are both {old!r}")
+        self.require_new(new, "new")
+        support, proto = self._support[old], self._prototypes.pop(old)
+        self._set(old, None)
+        self._set(new, support)
+        self._prototypes[new] = proto
+        self._matrix = None
+        self.log.append({"op": "rename_label", "label": old, "to": new})
+
+    def _refresh(self, names: Iterable[str]) -> None:
+        """Recompute the prototypes of `names`; drop those of labels that no longer exist."""
+        names = [n for n in dict.fromkeys(names) if n in self._support]
+        protos = self.space.means([self._support[n].points for n in names])
+        self._prototypes.update({n: protos[i] for i, n in enumerate(names)})
+        for gone in set(self._prototypes) - set(self._support):
+            del self._prototypes[gone]
+        self._matrix = None
