@@ -36,6 +36,9 @@ import numpy as np
 import torch
 
 from dyntc.classifier import fit as trainer
+from dyntc.classifier.calibration import (
+    Calibration, check_max_drop, check_threshold, choose_threshold, expected_calibration_error, fit_temperature,
+)
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.classifier.model import MetricSpace
 from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
@@ -339,6 +342,7 @@ class DynamicClassifier:
         self.fine_tune_result_ = trainer.train_episodic(
             model, pool_texts, pool_labels, items, dev_pair, self._train_config(episodes, self.lr if lr is None else lr))
         self.space_.weights_changed()
+        self.calibration_ = None  # distances moved: calibrate again
         if add_to_support and new_texts:
             all_texts, all_labels = pool_texts, pool_labels
         log = self._labels.log + [{"op": "fine_tune", "episodes": self.fine_tune_result_.steps,
@@ -371,11 +375,18 @@ class DynamicClassifier:
         self._check_fitted()
         return self.space_.embed(check_examples(texts, "texts", allow_empty=True)).numpy()
 
-    def predict(self, texts: Sequence[str]) -> list[str]:
-        """The label of the nearest prototype for every text."""
+    def predict(self, texts: Sequence[str], *, reject: bool = False) -> list[str | None]:
+        """The label of the nearest prototype for every text. With ``reject=True`` (after
+        :meth:`calibrate`) a text farther than the calibrated threshold from every prototype is
+        out of scope and gets ``None``."""
         d2 = self._query(texts)
         classes = self.classes_
-        return [classes[i] for i in d2.argmin(1).tolist()]
+        labels: list[str | None] = [classes[i] for i in d2.argmin(1).tolist()]
+        if reject:
+            threshold = self.require_calibration("predict(reject=True)").threshold
+            far = (d2.min(1).values.clamp_min(0).sqrt() > threshold).tolist() if len(d2) else []
+            labels = [None if out else label for label, out in zip(labels, far)]
+        return labels
 
     def decision_function(self, texts: Sequence[str]) -> np.ndarray:
         """``-d²`` to every prototype, ``(n, n_classes)`` (higher = nearer); columns in ``classes_``
@@ -384,8 +395,68 @@ class DynamicClassifier:
         return (-self._query(texts).double()).numpy()
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
-        """``softmax(-d²)`` over the prototypes, ``(n, n_classes)``; columns in ``classes_`` order."""
-        return torch.softmax(-self._query(texts).double(), dim=1).numpy()
+        """``softmax(-d² / T)`` over the prototypes, ``(n, n_classes)``; columns in ``classes_`` order.
+        T is 1 until :meth:`calibrate` fits it."""
+        return self.proba_from_scores(-self._query(texts))
+
+    @property
+    def temperature_(self) -> float:
+        """The calibrated temperature of :meth:`predict_proba` (1 before :meth:`calibrate`)."""
+        self._check_fitted()
+        return self.calibration_.temperature if self.calibration_ is not None else 1.0
+
+    def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
+        """:meth:`predict_proba` from scores ``-d²`` already computed (:meth:`decision_function`)."""
+        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
+
+    def require_calibration(self, what: str) -> Calibration:
+        """The calibration, or a clear error naming `what` needed it."""
+        self._check_fitted()
+        if self.calibration_ is None:
+            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+                             "labelled texts first (fine_tune resets the calibration)")
+        return self.calibration_
+
+    def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
+                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> "DynamicClassifier":
+        """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
+
+        `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).
+        The threshold is the smallest distance to the nearest prototype that costs at most
+        `max_accuracy_drop` accuracy on them when farther texts are rejected; `threshold` sets it
+        instead. `oos_texts` (optional out-of-scope examples) measure the share it rejects. What was
+        fitted and measured (expected calibration error before/after, accuracies, OOS recall) is in
+        ``calibration_``; it is saved with the classifier."""
+        self._check_fitted()
+        max_drop = check_max_drop(max_accuracy_drop)
+        fixed = None if threshold is None else check_threshold(threshold)
+        texts, labels = trainer.check_pairs(texts, labels)
+        index = {c: i for i, c in enumerate(self.classes_)}
+        unknown = sorted(set(labels) - index.keys())
+        if unknown:
+            raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
+                             "or leave those texts out (out-of-scope texts go in oos_texts)")
+        oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
+        d2 = self._query(texts)
+        y = torch.tensor([index[label] for label in labels])
+        temperature = fit_temperature(d2, y)
+        nearest = d2.min(1).values.clamp_min(0).sqrt()
+        correct = d2.argmin(1) == y
+        tau = fixed if fixed is not None else choose_threshold(nearest, correct, max_drop)
+        oos_recall = None
+        if oos:
+            oos_nearest = self._query(oos).min(1).values.clamp_min(0).sqrt()
+            oos_recall = float((oos_nearest > tau).double().mean())
+        self.calibration_ = Calibration(
+            temperature=temperature, threshold=tau, max_accuracy_drop=max_drop, n_texts=len(texts),
+            accuracy=float(correct.double().mean()),
+            accuracy_with_rejection=float((correct & (nearest <= tau)).double().mean()),
+            ece_before=expected_calibration_error(torch.softmax(-d2.double(), 1), y),
+            ece_after=expected_calibration_error(torch.softmax(-d2.double() / temperature, 1), y),
+            n_oos=len(oos), oos_recall=oos_recall,
+        )
+        self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
+        return self
 
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
         """For every text, the `k` nearest labels as ``(label, distance)``, nearest first."""
@@ -501,7 +572,7 @@ class DynamicClassifier:
             self.space_.weights_changed()
             data, key = self.space_.weights()
         document = {**self.space_.document(), "format": CLASSIFIER_FORMAT, "params": self.get_params(),
-                    "calibration": getattr(self, "calibration_", None)}
+                    "calibration": None if self.calibration_ is None else self.calibration_.to_dict()}
         names = self._labels.changed if incremental else self.classes_
         labels = {n: ((s.texts, s.points) if (s := self._labels._support.get(n)) is not None else None) for n in names}
         log = self._labels.log or [{"op": op}]
@@ -538,7 +609,8 @@ class DynamicClassifier:
         if any(p.shape[1] != self.space_.dim for _, p in snap.labels.values()):
             raise DyntcError(f"the stored points do not have the model's {self.space_.dim} coordinates: the store is damaged")
         self._labels = LabelSet.from_groups(self.space_, snap.labels)
-        self.calibration_ = doc.get("calibration")
+        stored = doc.get("calibration")
+        self.calibration_ = None if stored is None else Calibration.from_dict(stored)
         self._source = (snap.store_id, snap.version)
         return self
 

@@ -38,6 +38,7 @@ def _register() -> None:
     from dyntc.cli import classifier
 
     app.command("fit")(classifier.fit)
+    app.command("calibrate")(classifier.calibrate)
     app.command("predict")(classifier.predict)
     app.command("evaluate")(classifier.evaluate)
     app.add_typer(classifier.labels_app, name="labels")

@@ -353,6 +353,25 @@ def labels_restore(
     _err(f"restored version {version} as version {new}")
 
 
+def calibrate(
+    model: ModelDir,
+    data: Annotated[Path, typer.Option(help="Held-out labelled texts (not the support examples), .csv/.tsv or .jsonl")],
+    oos: Annotated[Optional[Path], typer.Option(help="Out-of-scope examples (.txt one per line, or .csv/.jsonl with --text-col) to measure the rejection")] = None,
+    text_col: Annotated[str, typer.Option(help="Column with the texts")] = "text",
+    label_col: Annotated[str, typer.Option(help="Column with the labels")] = "label",
+    max_accuracy_drop: Annotated[float, typer.Option(help="Accuracy the out-of-scope threshold may cost on --data (0.02 = 2 points)")] = 0.02,
+    threshold: Annotated[Optional[float], typer.Option(help="Set the out-of-scope distance threshold instead of choosing it")] = None,
+) -> None:
+    """Fit the probability temperature and the out-of-scope threshold on held-out data; saved as a new version."""
+    texts, labels = read_labelled(data, text_col, label_col)
+    oos_texts = read_examples(oos, text_col) if oos is not None else None
+    with _editing(model) as clf:
+        clf.calibrate(texts, labels, oos_texts, max_accuracy_drop=max_accuracy_drop, threshold=threshold)
+    print(json.dumps(clf.calibration_.to_dict()))
+    _err(f"calibrated on {len(texts)} texts: temperature {clf.temperature_:.3g}, threshold {clf.calibration_.threshold:.4g}; "
+         f"version {clf.version_}")
+
+
 # ---------------------------------------------------------------------------------------- predict
 
 
@@ -389,7 +408,8 @@ def predict(
     model: ModelDir,
     input: Annotated[str, typer.Option("--input", "-i", help="File of texts (one per line, or JSONL with \"text\"); - = stdin")] = "-",
     top_k: Annotated[int, typer.Option(help="Also list the K nearest labels with their distances")] = 1,
-    proba: Annotated[bool, typer.Option(help="Add the probability (softmax over -d²) of the predicted label")] = False,
+    proba: Annotated[bool, typer.Option(help="Add the probability (softmax over -d² / T, T from calibrate) of the predicted label")] = False,
+    reject: Annotated[bool, typer.Option(help="Label out-of-scope texts null (needs `dyntc calibrate` first)")] = False,
     batch_size: Annotated[int, typer.Option(help="Texts per batch")] = 256,
 ) -> None:
     """Predict labels; writes one JSON object per text to stdout."""
@@ -400,12 +420,16 @@ def predict(
     if not texts:
         _err("no input texts")
         return
+    if reject:
+        threshold = clf.require_calibration("--reject").threshold
     scores = torch.as_tensor(clf.decision_function(texts))  # -d², one embedding pass for all outputs
     ranked = clf.nearest_labels(-scores, top_k)
-    probs = torch.softmax(scores, dim=1).max(1).values.tolist() if proba else None
+    probs = clf.proba_from_scores(scores).max(1).tolist() if proba else None
     out = sys.stdout
     for i, text in enumerate(texts):
         record = {"text": text, "label": ranked[i][0][0]}
+        if reject and ranked[i][0][1] > threshold:
+            record["label"] = None
         if proba:
             record["probability"] = round(probs[i], 6)
         if top_k > 1:
