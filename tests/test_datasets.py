@@ -315,3 +315,15 @@ def test_download_is_explicit_and_verified(tmp_path, monkeypatch):
                         lambda url, timeout: io.BytesIO((DATA / "clinc150" / url.rsplit("/", 1)[1]).read_bytes()))
     assert len(load("clinc150", tmp_path, download=True).train) == 15000
     assert served and all(u.startswith("https://raw.githubusercontent.com/clinc/oos-eval/") for u in served)
+
+
+def test_clinc150_out_of_scope_splits(data_dir):
+    from dyntc.data.datasets import clinc150_out_of_scope
+
+    if not (data_dir / "clinc150" / "data_full.json").is_file():
+        pytest.skip("clinc150 not present")
+    sizes = {split: len(clinc150_out_of_scope(split, data_dir)) for split in ("train", "val", "test")}
+    assert sizes == {"train": 100, "val": 100, "test": 1000}
+    assert all(isinstance(t, str) and t.strip() for t in clinc150_out_of_scope("val", data_dir))
+    with pytest.raises(DyntcError, match="split must be one of train, val, test, got 'dev'"):
+        clinc150_out_of_scope("dev", data_dir)

@@ -773,6 +773,30 @@ def load(name: str, data_dir: str | os.PathLike | None = None, *, seed: int = 0,
     return _LOADERS[canonical](root, seed, verify_checksums)
 
 
+#: CLINC150's out-of-scope splits and their sizes (Larson et al. 2019, "Full": 100 / 100 / 1,000)
+CLINC_OOS_SIZES = {"train": 100, "val": 100, "test": 1000}
+
+
+def clinc150_out_of_scope(split: str, data_dir: str | os.PathLike | None = None, *,
+                          verify_checksums: bool = True) -> list[str]:
+    """The out-of-scope texts of CLINC150's ``train``, ``val`` or ``test`` split (``oos_<split>`` in
+    ``data_full.json``, the same verified file as :func:`load`'s)."""
+    if split not in CLINC_OOS_SIZES:
+        raise DyntcError(f"split must be one of {', '.join(CLINC_OOS_SIZES)}, got {split!r}")
+    files = _require(data_root(data_dir), CLINC_SPEC, verify_checksums)
+    path = files["data_full.json"][0]
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))[f"oos_{split}"]
+        texts = [t for t, y in rows if y == "oos"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DyntcError(f"dataset 'clinc150': {path} has no readable 'oos_{split}' list ({type(exc).__name__}: {exc}); "
+                         f"replace it with the file of {CLINC_SPEC.source}") from exc
+    if len(texts) != CLINC_OOS_SIZES[split]:
+        raise _count_error(CLINC_SPEC, path, f"out-of-scope examples under 'oos_{split}'", CLINC_OOS_SIZES[split],
+                           len(texts))
+    return texts
+
+
 def _present(root: Path, spec: DatasetSpec) -> tuple[bool, str | None]:
     """Whether the files `load` needs are there; else a 'missing' message naming the path to fill."""
     if spec.name == "wos":
