@@ -86,7 +86,7 @@ def main() -> None:
     test_new_x, test_new_y = subset(data.test, new)
 
     clf = DynamicClassifier(
-        metric=args.metric, episodes=args.episodes, eval_every=args.eval_every, patience=5,
+        encoder="sru", metric=args.metric, episodes=args.episodes, eval_every=args.eval_every, patience=5,
         time_budget_s=args.time_budget, seed=args.seed, progress=False,
     )
     t0 = time.perf_counter()

@@ -15,6 +15,17 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def clinc_raw(data_dir) -> dict:
+    """CLINC150's data_full.json as parsed JSON (official splits, out-of-scope ones included)."""
+    import json
+
+    path = data_dir / "clinc150" / "data_full.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
 def sent(data_dir):
     from dyntc.data.datasets import load
 

@@ -1,7 +1,6 @@
 """Temperature, expected calibration error, out-of-scope threshold: identities, a CLINC150 run, bad input."""
 
 import copy
-import json
 import math
 
 import numpy as np
@@ -12,7 +11,7 @@ from dyntc import DynamicClassifier, DyntcError
 from dyntc.classifier.calibration import choose_threshold, expected_calibration_error, fit_temperature
 
 LABELS = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
-SMALL = dict(hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
+SMALL = dict(encoder="sru", metric="hyperbolic", hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
 
 
 # ------------------------------------------------------------------------------- pure functions
@@ -57,11 +56,8 @@ def test_choose_threshold_by_hand():
 
 
 @pytest.fixture(scope="module")
-def clinc(data_dir):
-    path = data_dir / "clinc150" / "data_full.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return json.loads(path.read_text())
+def clinc(clinc_raw):
+    return clinc_raw
 
 
 def _pairs(raw, key):

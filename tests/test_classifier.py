@@ -1,8 +1,6 @@
 """DynamicClassifier on a real sample of CLINC150: fit, every label operation, persistence, bad input."""
 
 import copy
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,15 +11,12 @@ from dyntc.classifier.labels import Support
 
 OLD = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
 NEW = ["translate", "flip_coin"]
-SMALL = dict(hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
+SMALL = dict(encoder="sru", metric="hyperbolic", hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
 
 
 @pytest.fixture(scope="module")
-def clinc(data_dir):
-    path = data_dir / "clinc150" / "data_full.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    raw = json.loads(path.read_text())
+def clinc(clinc_raw):
+    raw = clinc_raw
     keep = set(OLD + NEW)
 
     def split(key):
@@ -60,13 +55,13 @@ def _acc(clf, groups, label, expect=None):
 
 
 def test_constructor_only_stores_params_and_sklearn_conventions():
-    clf = DynamicClassifier("sru", "euclidean", hidden_size=16, episodes=5)
+    clf = DynamicClassifier("sru", "hyperbolic", hidden_size=16, episodes=5)
     params = clf.get_params()
-    assert params["metric"] == "euclidean" and params["hidden_size"] == 16 and params["episodes"] == 5
+    assert params["metric"] == "hyperbolic" and params["hidden_size"] == 16 and params["episodes"] == 5
     assert clf.set_params(lr=0.01) is clf and clf.lr == 0.01
     with pytest.raises(DyntcError, match="invalid parameter 'hiden_size'"):
         clf.set_params(hiden_size=3)
-    assert "metric='euclidean'" in repr(clf)
+    assert "metric='hyperbolic'" in repr(clf) and "encoder='sru'" in repr(clf)
     from sklearn.base import clone
 
     assert clone(clf).get_params() == clf.get_params()
@@ -171,7 +166,7 @@ def test_predict_proba_top_k_encode_agree(fitted, clinc):
 
 def test_euclidean_fit(clinc):
     texts, labels = _flat(clinc["train"], OLD[:3])
-    clf = DynamicClassifier("sru", "euclidean", **{**SMALL, "episodes": 10}).fit(texts, labels)
+    clf = DynamicClassifier(**{**SMALL, "metric": "euclidean", "episodes": 10}).fit(texts, labels)
     assert clf.encode(["hello"]).shape == (1, 64)
     assert set(clf.predict(clinc["test"]["alarm"])) <= set(OLD[:3])
 
@@ -451,3 +446,18 @@ def test_fine_tune_checks_dev_and_lr_like_fit(fitted):
     for bad in (0, -1e-3, "fast", True):
         with pytest.raises(DyntcError, match="lr must be a number > 0"):
             clf.fine_tune(episodes=1, lr=bad)
+
+
+def test_default_classifier_is_minilm_euclidean_end_to_end(clinc, tmp_path):
+    """The defaults a user gets: the pretrained MiniLM backbone and the Euclidean metric."""
+    pytest.importorskip("sentence_transformers")
+    clf = DynamicClassifier(episodes=20, eval_every=10)
+    assert (clf.encoder, clf.metric) == ("minilm", "euclidean")
+    texts, labels = _flat({y: v[:30] for y, v in clinc["train"].items()}, OLD)
+    clf.fit(texts, labels)
+    assert clf.model_.encoder.config()["kind"] == "pretrained" and clf.model_.metric == "euclidean"
+    clf.add_label("flip_coin", clinc["train"]["flip_coin"][:5])
+    assert _acc(clf, clinc["test"], "flip_coin") > 0.6 and _acc(clf, clinc["test"], "alarm") > 0.6
+    back = DynamicClassifier.load(clf.save(tmp_path / "m"))
+    test, _ = _flat(clinc["test"], OLD + ["flip_coin"])
+    np.testing.assert_array_equal(back.predict_proba(test[:40]), clf.predict_proba(test[:40]))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 INTENTS = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
-SMALL = ["--hidden", "64", "--layers", "1", "--dropout", "0.1", "--max-len", "32", "--episodes", "30", "--lr", "0.003"]
+SMALL = ["--encoder", "sru", "--metric", "hyperbolic", "--hidden", "64", "--layers", "1", "--dropout", "0.1", "--max-len", "32", "--episodes", "30", "--lr", "0.003"]
 
 
 def dyntc(*args, input=None, check=True):

@@ -1,6 +1,5 @@
 """The versioned model store: no lost writes under concurrency, crash safety, versions, restore."""
 
-import json
 import os
 import signal
 import sqlite3
@@ -14,16 +13,12 @@ import pytest
 from dyntc import DynamicClassifier, DyntcError
 
 LABELS = ["alarm", "balance", "timer", "weather"]
-TINY = dict(hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
+TINY = dict(encoder="sru", hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
 
 
 @pytest.fixture(scope="module")
-def fitted(data_dir):
-    path = data_dir / "clinc150" / "data_full.json"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    raw = json.loads(path.read_text())
-    pairs = [(t, y) for y in LABELS for t in [t for t, lab in raw["train"] if lab == y][:40]]
+def fitted(clinc_raw):
+    pairs = [(t, y) for y in LABELS for t in [t for t, lab in clinc_raw["train"] if lab == y][:40]]
     return DynamicClassifier(**TINY).fit([t for t, _ in pairs], [y for _, y in pairs])
 
 

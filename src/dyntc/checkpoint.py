@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from dyntc import __version__
-from dyntc.encoders.base import build_encoder
+from dyntc.encoders import build_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import MLPClassifier, PrototypicalNetwork
 

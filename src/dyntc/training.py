@@ -23,7 +23,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dyntc.data.episodes import EpisodeSampler
-from dyntc.encoders.base import TextEncoder
+from dyntc.encoders.base import TextEncoder, embed, to_device
 from dyntc.errors import DyntcError
 from dyntc.models import MLPClassifier, PrototypicalNetwork
 
@@ -155,35 +155,6 @@ def check_texts(texts: Sequence[str], name: str = "texts") -> None:
             raise DyntcError(f"{name}[{i}] is empty; remove empty texts before training or predicting")
 
 
-def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-@torch.no_grad()
-def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
-    """``fn(**batch)`` over `items` in eval mode, batches of similar length; rows in input order."""
-    was_training = fn.training
-    fn.eval()
-    device = _device_of(fn)
-    order = np.argsort([len(x) for x in items], kind="stable")
-    out = []
-    try:
-        for start in range(0, len(items), batch_size):
-            chunk = [items[i] for i in order[start : start + batch_size]]
-            out.append(fn(**_to(encoder.collate(chunk), device)).float())
-    finally:
-        fn.train(was_training)
-    if not out:
-        raise DyntcError("nothing to embed: the list of texts is empty")
-    result = torch.empty_like(torch.cat(out))
-    result[torch.as_tensor(order, device=result.device)] = torch.cat(out)
-    return result
-
-
 class _Embedder(nn.Module):
     """Wraps a model's point-producing method so that :func:`embed` can batch it."""
 
@@ -280,8 +251,8 @@ def train_prototypical(
     bar = tqdm(range(1, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
     for step in bar:
         ep = sampler.sample()
-        support = _to(model.encoder.collate([train.items[i] for i in ep.support]), device)
-        query = _to(model.encoder.collate([train.items[i] for i in ep.query]), device)
+        support = to_device(model.encoder.collate([train.items[i] for i in ep.support]), device)
+        query = to_device(model.encoder.collate([train.items[i] for i in ep.query]), device)
         loss, _ = model.episode_loss(
             support, torch.as_tensor(ep.support_labels, device=device),
             query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
@@ -327,7 +298,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
         losses = []
         for b in range(n_batches):
             idx = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
-            batch = _to(model.encoder.collate([train.items[i] for i in idx]), device)
+            batch = to_device(model.encoder.collate([train.items[i] for i in idx]), device)
             loss = nn.functional.cross_entropy(model(**batch), labels[idx].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from dyntc.encoders.base import build_encoder
+from dyntc.encoders import build_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import PrototypicalNetwork
 

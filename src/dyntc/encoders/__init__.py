@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from dyntc.encoders.base import TextEncoder, build_encoder
+from dyntc.encoders.base import TextEncoder
 from dyntc.errors import DyntcError
 
 __all__ = ["TextEncoder", "build_encoder", "check_encoder_options", "create_encoder"]
@@ -48,3 +49,17 @@ def create_encoder(name: str, train_texts: Sequence[str], **options) -> TextEnco
     from dyntc.encoders.pretrained import PretrainedEncoder
 
     return PretrainedEncoder.create(name, train_texts, **options)
+
+
+def build_encoder(config: dict, extra: dict[str, Any] | None = None) -> TextEncoder:
+    """Rebuild an encoder from ``config()`` (and ``extra_files()``) of a saved one."""
+    kind = config.get("kind")
+    if kind == "glove-sru":
+        from dyntc.encoders.glove_sru import GloveSRUEncoder
+
+        return GloveSRUEncoder.from_config(config, extra or {})
+    if kind == "pretrained":
+        from dyntc.encoders.pretrained import PretrainedEncoder
+
+        return PretrainedEncoder.from_config(config, extra or {})
+    raise DyntcError(f"unknown encoder kind {kind!r} in config; expected 'glove-sru' or 'pretrained'")

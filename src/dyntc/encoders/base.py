@@ -7,7 +7,7 @@ per text and not once per episode:
    for a frozen pretrained encoder). Deterministic, no gradient; trainers call it once per dataset.
 2. ``collate(items)`` -> a dict of batched CPU tensors; ``forward(**batch)`` -> ``(B, output_dim)``.
 
-``config()`` returns a JSON-able dict from which ``build_encoder(config)`` rebuilds an encoder of the
+``config()`` returns a JSON-able dict from which :func:`dyntc.encoders.build_encoder` rebuilds an encoder of the
 same shape (weights then come from a state dict); it must include ``"kind"``.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -40,22 +41,33 @@ class TextEncoder(nn.Module):
 
     def encode(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
         """Embed `texts` without gradient, batches of similar length; ``(N, output_dim)``."""
-        from dyntc.training import embed  # training builds on this module
-
         if len(texts) == 0:
             return torch.zeros(0, self.output_dim)
         return embed(self, self, self.featurize(texts), batch_size).cpu()
 
 
-def build_encoder(config: dict, extra: dict[str, Any] | None = None) -> TextEncoder:
-    """Rebuild an encoder from ``config()`` (and ``extra_files()``) of a saved one."""
-    kind = config.get("kind")
-    if kind == "glove-sru":
-        from dyntc.encoders.glove_sru import GloveSRUEncoder
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
-        return GloveSRUEncoder.from_config(config, extra or {})
-    if kind == "pretrained":
-        from dyntc.encoders.pretrained import PretrainedEncoder
 
-        return PretrainedEncoder.from_config(config, extra or {})
-    raise DyntcError(f"unknown encoder kind {kind!r} in config; expected 'glove-sru' or 'pretrained'")
+@torch.no_grad()
+def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
+    """``fn(**batch)`` over `items` in eval mode, batches of similar length; rows in input order.
+
+    `fn` is the encoder itself or a module built on it (a model's ``embed``, an MLP's logits)."""
+    was_training = fn.training
+    fn.eval()
+    device = next(fn.parameters()).device
+    order = np.argsort([len(x) for x in items], kind="stable")
+    out = []
+    try:
+        for start in range(0, len(items), batch_size):
+            chunk = [items[i] for i in order[start : start + batch_size]]
+            out.append(fn(**to_device(encoder.collate(chunk), device)).float())
+    finally:
+        fn.train(was_training)
+    if not out:
+        raise DyntcError("nothing to embed: the list of texts is empty")
+    result = torch.empty_like(torch.cat(out))
+    result[torch.as_tensor(order, device=result.device)] = torch.cat(out)
+    return result

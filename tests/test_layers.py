@@ -1,0 +1,110 @@
+"""The package's layering: modules import downward only and no import forms a circle.
+
+Every ``import dyntc...`` counts, also those inside functions (a lazy import is still a dependency).
+A new module must be given its layer here.
+"""
+
+import ast
+from pathlib import Path
+
+import dyntc
+
+ROOT = Path(dyntc.__file__).parent
+
+# Lower number = lower layer. A module may import its own layer or below, never above.
+LAYERS = {
+    "dyntc": 0,  # __version__ only; the package's lazy __getattr__ is the public facade (not checked)
+    "dyntc.errors": 0,
+    "dyntc._compiled": 0,
+    "dyntc.geometry": 1,
+    "dyntc.text": 1,
+    "dyntc.data": 1,
+    "dyntc.encoders": 2,
+    "dyntc.models": 3,
+    "dyntc.training": 4,
+    "dyntc.checkpoint": 4,
+    "dyntc.diagnostics": 4,
+    "dyntc.classifier": 5,
+    "dyntc.protocol": 5,
+    "dyntc.runner": 5,
+    "dyntc.tuning": 5,
+    "dyntc.report": 5,
+    "dyntc.cli": 6,
+    "dyntc.serve": 6,
+    "dyntc.__main__": 6,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = ["dyntc", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(name: str) -> int:
+    best = max((prefix for prefix in LAYERS if name == prefix or name.startswith(prefix + ".")), key=len, default=None)
+    assert best is not None, f"module {name} has no layer: add it to LAYERS in tests/test_layers.py"
+    return LAYERS[best]
+
+
+def imports(path: Path) -> set[str]:
+    """The dyntc modules `path` imports anywhere in its body (resolved to module names)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "dyntc")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if base.split(".")[0] != "dyntc":
+                continue
+            for alias in node.names:  # `from dyntc.x import y`: y may be a module or a name in x
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if _is_module(candidate) else base)
+    return found - {me}
+
+
+def _is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (ROOT / rel).with_suffix(".py").is_file() or (ROOT / rel / "__init__.py").is_file()
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports(p) for p in ROOT.rglob("*.py")}
+
+
+def test_every_import_goes_down_or_sideways():
+    upward = [(m, dep) for m, deps in graph().items() if m != "dyntc" for dep in deps if layer(dep) > layer(m)]
+    assert not upward, "upward imports (module -> higher layer): " + ", ".join(f"{a} -> {b}" for a, b in upward)
+
+
+def test_no_import_cycles():
+    edges = {m: {d for d in deps if d != "dyntc"} for m, deps in graph().items() if m != "dyntc"}
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    cycles = []
+
+    def visit(node, path):
+        state[node] = 1
+        for dep in sorted(edges.get(node, ())):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep):] + [dep] if dep in path else [node, dep])
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[node] = 2
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_sees_a_lazy_upward_import(tmp_path, monkeypatch):
+    """The test above would catch the old circle encoders/base -> training -> encoders/base."""
+    fake = tmp_path / "dyntc" / "encoders"
+    fake.mkdir(parents=True)
+    (fake / "base.py").write_text("def f():\n    from dyntc.training import embed\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path / "dyntc")
+    assert imports(fake / "base.py") == {"dyntc.training"}
+    assert layer("dyntc.training") > layer("dyntc.encoders.base")
