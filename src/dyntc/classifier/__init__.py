@@ -3,13 +3,17 @@
 - :mod:`~dyntc.classifier.model`: the encoder + metric as a space for texts (points, means, distances);
 - :mod:`~dyntc.classifier.labels`: the label set (support examples, prototypes, label operations);
 - :mod:`~dyntc.classifier.fit`: episodic training and fine-tuning;
+- :mod:`~dyntc.classifier.calibration`: temperature, calibration error, out-of-scope threshold;
 - :mod:`~dyntc.classifier.store`: the versioned, locked, crash-safe store of a model directory
-  (shared by the library, the CLI and the HTTP service);
+  (shared by the library, the CLI and the HTTP service), and :mod:`~dyntc.classifier.saving`:
+  the classifier committed to and rebuilt from it;
+- :mod:`~dyntc.classifier.params`: the checks of the estimator's parameters;
 - :mod:`~dyntc.classifier.estimator`: :class:`DynamicClassifier`, the scikit-learn-style estimator
   that joins them.
 """
 
-from dyntc.classifier.estimator import CLASSIFIER_FORMAT, DynamicClassifier
+from dyntc.classifier.estimator import DynamicClassifier
+from dyntc.classifier.saving import CLASSIFIER_FORMAT
 from dyntc.classifier.store import STORE_FILE, ModelStore
 
 __all__ = ["CLASSIFIER_FORMAT", "DynamicClassifier", "ModelStore", "STORE_FILE"]

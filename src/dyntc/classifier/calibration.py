@@ -105,6 +105,28 @@ def choose_threshold(nearest: torch.Tensor, correct: torch.Tensor, max_accuracy_
     return float((dist[allowed - 1] + dist[allowed]) / 2)
 
 
+def fit_calibration(sq_distances: torch.Tensor, labels: torch.Tensor, oos_sq_distances: torch.Tensor | None, *,
+                    max_accuracy_drop: float, threshold: float | None = None) -> Calibration:
+    """Temperature and threshold from the squared distances of held-out in-scope texts to every
+    prototype (``(n, k)``, true columns `labels`) and, optionally, of out-of-scope texts."""
+    temperature = fit_temperature(sq_distances, labels)
+    nearest = sq_distances.min(1).values.clamp_min(0).sqrt()
+    correct = sq_distances.argmin(1) == labels
+    tau = threshold if threshold is not None else choose_threshold(nearest, correct, max_accuracy_drop)
+    oos_recall = None
+    if oos_sq_distances is not None and len(oos_sq_distances):
+        oos_recall = float((oos_sq_distances.min(1).values.clamp_min(0).sqrt() > tau).double().mean())
+    d2 = sq_distances.double()
+    return Calibration(
+        temperature=temperature, threshold=tau, max_accuracy_drop=max_accuracy_drop, n_texts=len(labels),
+        accuracy=float(correct.double().mean()),
+        accuracy_with_rejection=float((correct & (nearest <= tau)).double().mean()),
+        ece_before=expected_calibration_error(torch.softmax(-d2, 1), labels),
+        ece_after=expected_calibration_error(torch.softmax(-d2 / temperature, 1), labels),
+        n_oos=0 if oos_sq_distances is None else len(oos_sq_distances), oos_recall=oos_recall,
+    )
+
+
 def check_max_drop(value: object) -> float:
     if not (is_number(value) and 0 <= value < 1):
         raise DyntcError(f"max_accuracy_drop must be a number in [0, 1) (0.02 = two points), got {value!r}")

@@ -27,26 +27,21 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 import numpy as np
 import torch
 
 from dyntc.classifier import fit as trainer
-from dyntc.classifier.calibration import (
-    Calibration, check_max_drop, check_threshold, choose_threshold, expected_calibration_error, fit_temperature,
-)
+from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.classifier.model import MetricSpace
-from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
+from dyntc.classifier import saving
+from dyntc.classifier.params import validate_params
 from dyntc.errors import DyntcError, NotFittedError, is_int, is_number
 
-#: Version of the classifier's stored description (params, calibration); the store has its own.
-CLASSIFIER_FORMAT = 2
-_METRICS = ("hyperbolic", "euclidean")
 
 
 class DynamicClassifier:
@@ -160,37 +155,7 @@ class DynamicClassifier:
         return f"DynamicClassifier({', '.join(changed)})"
 
     def _validate_params(self) -> None:
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise DyntcError(msg)
-
-        need(isinstance(self.encoder, str) and bool(self.encoder),
-             f"encoder must be 'sru', 'minilm' or a model path, got {self.encoder!r}")
-        need(self.metric in _METRICS, f"metric must be 'hyperbolic' or 'euclidean', got {self.metric!r}")
-        for name in ("hidden_size", "num_layers", "max_len", "episodes", "n_support", "n_query",
-                     "eval_every", "patience", "batch_size"):
-            value = getattr(self, name)
-            if value is None and name in ("num_layers", "max_len"):
-                continue
-            need(is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
-        need(is_int(self.max_classes) and self.max_classes >= 2,
-             f"max_classes must be an integer >= 2, got {self.max_classes!r}")
-        need(self.dropout is None or (is_number(self.dropout) and 0 <= self.dropout < 1),
-             f"dropout must be in [0, 1), got {self.dropout!r}")
-        need(is_number(self.lr) and self.lr > 0, f"lr must be a number > 0, got {self.lr!r}")
-        need(self.time_budget_s is None or (is_number(self.time_budget_s) and self.time_budget_s > 0),
-             f"time_budget_s must be None or > 0 seconds, got {self.time_budget_s!r}")
-        need(self.encoder_options is None or (isinstance(self.encoder_options, Mapping)
-                                              and all(isinstance(k, str) for k in self.encoder_options)),
-             f"encoder_options must be a dict with option names as keys, or None; got {self.encoder_options!r}")
-        need(is_int(self.seed), f"seed must be an integer, got {self.seed!r}")
-        self._check_device(self.device)
-        from dyntc.encoders import check_encoder_options
-
-        try:
-            check_encoder_options(self.encoder, **self._encoder_options())
-        except DyntcError as exc:
-            raise DyntcError(f"{exc} (encoder={self.encoder!r}, encoder_options={self.encoder_options!r})") from None
+        validate_params(self)
 
     @staticmethod
     def _check_device(device: Any) -> torch.device:
@@ -441,23 +406,9 @@ class DynamicClassifier:
                              "or leave those texts out (out-of-scope texts go in oos_texts)")
         oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
         d2 = self._query(texts)
-        y = torch.tensor([index[label] for label in labels])
-        temperature = fit_temperature(d2, y)
-        nearest = d2.min(1).values.clamp_min(0).sqrt()
-        correct = d2.argmin(1) == y
-        tau = fixed if fixed is not None else choose_threshold(nearest, correct, max_drop)
-        oos_recall = None
-        if oos:
-            oos_nearest = self._query(oos).min(1).values.clamp_min(0).sqrt()
-            oos_recall = float((oos_nearest > tau).double().mean())
-        self.calibration_ = Calibration(
-            temperature=temperature, threshold=tau, max_accuracy_drop=max_drop, n_texts=len(texts),
-            accuracy=float(correct.double().mean()),
-            accuracy_with_rejection=float((correct & (nearest <= tau)).double().mean()),
-            ece_before=expected_calibration_error(torch.softmax(-d2.double(), 1), y),
-            ece_after=expected_calibration_error(torch.softmax(-d2.double() / temperature, 1), y),
-            n_oos=len(oos), oos_recall=oos_recall,
-        )
+        oos_d2 = self._query(oos) if oos else None
+        self.calibration_ = fit_calibration(d2, torch.tensor([index[label] for label in labels]), oos_d2,
+                                            max_accuracy_drop=max_drop, threshold=fixed)
         self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
         return self
 
@@ -532,16 +483,10 @@ class DynamicClassifier:
         version on disk.
         """
         self._check_fitted()
-        path = Path(path)
-        store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
-        with store.transaction() as txn:
-            version = self._commit(txn, "save", check_base=True)
-        self._committed(store.store_id(), version)
-        return path
+        return saving.save(self, path)
 
     @classmethod
-    @contextmanager
-    def edit(cls, path: str | Path) -> Iterator["DynamicClassifier"]:
+    def edit(cls, path: str | Path) -> ContextManager["DynamicClassifier"]:
         """Read-modify-write of a saved classifier under the store's write lock::
 
             with DynamicClassifier.edit("model/") as clf:
@@ -550,42 +495,13 @@ class DynamicClassifier:
         Concurrent editors (other processes, the HTTP service) wait for each other, so none of
         their changes is lost; the change is committed as one version when the block ends without
         error, and discarded otherwise."""
-        store = ModelStore.open(path)
-        with store.transaction() as txn:
-            clf = cls._from_snapshot(txn.read())
-            yield clf
-            version = clf._commit(txn, "edit") if clf._has_changes() else None
-        if version is not None:
-            clf._committed(clf._source[0], version)
+        return saving.edit(cls, path)
 
-    def _has_changes(self) -> bool:
-        return bool(self._labels.changed or self._labels.log or self.space_._weights_hash is None)
-
-    def _commit(self, txn: Transaction, op: str, *, check_base: bool = False) -> int:
-        """Write this classifier's state through `txn`; returns the new version's id."""
-        same_store = self._source is not None and self._source[0] == txn.store_id
-        if same_store and check_base and txn.head != self._source[1]:
-            raise DyntcError(
-                f"{txn.store.path} changed since this classifier was loaded (version {self._source[1]}, now "
-                f"{txn.head}): saving would undo those changes. Load it again and repeat your change, use "
-                "DynamicClassifier.edit(path), or save to another path")
-        incremental = same_store and txn.head == self._source[1]
-        data, key = self.space_.weights()
-        if data is None and not txn.has_blob(key):  # weights known elsewhere, new to this store
-            self.space_.weights_changed()
-            data, key = self.space_.weights()
-        document = {**self.space_.document(), "format": CLASSIFIER_FORMAT, "params": self.get_params(),
-                    "calibration": None if self.calibration_ is None else self.calibration_.to_dict()}
-        names = self._labels.changed if incremental else self.classes_
-        labels = {n: ((s.texts, s.points) if (s := self._labels._support.get(n)) is not None else None) for n in names}
-        log = self._labels.log or [{"op": op}]
-        return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
-                          weights=data if data is not None else key, labels=labels, replace_all=not incremental)
-
-    def _committed(self, store_id: str, version: int) -> None:
-        self._labels.changed.clear()
-        self._labels.log.clear()
-        self._source = (store_id, version)
+    @classmethod
+    def load(cls, path: str | Path, version: int | None = None) -> "DynamicClassifier":
+        """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
+        afterwards to move it)."""
+        return saving.load(cls, path, version)
 
     @property
     def version_(self) -> int | None:
@@ -593,44 +509,16 @@ class DynamicClassifier:
         self._check_fitted()
         return self._source[1] if self._source else None
 
-    @classmethod
-    def load(cls, path: str | Path, version: int | None = None) -> "DynamicClassifier":
-        """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
-        afterwards to move it)."""
-        return cls._from_snapshot(ModelStore.open(path).read(version))
-
-    @classmethod
-    def _from_snapshot(cls, snap: Snapshot) -> "DynamicClassifier":
-        doc = snap.document
-        if doc.get("format") != CLASSIFIER_FORMAT:
-            raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads format "
-                             f"{CLASSIFIER_FORMAT}: refit it or use the dyntc version that wrote it")
-        params = {k: v for k, v in (doc.get("params") or {}).items() if k in cls._param_names()}
-        params["device"] = "cpu"
-        self = cls(**params)
-        self.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **self._space_options())
-        if any(p.shape[1] != self.space_.dim for _, p in snap.labels.values()):
-            raise DyntcError(f"the stored points do not have the model's {self.space_.dim} coordinates: the store is damaged")
-        self._labels = LabelSet.from_groups(self.space_, snap.labels)
-        stored = doc.get("calibration")
-        self.calibration_ = None if stored is None else Calibration.from_dict(stored)
-        self._source = (snap.store_id, snap.version)
-        return self
-
     @staticmethod
     def versions(path: str | Path, limit: int | None = None) -> list[dict]:
         """The committed versions of the classifier saved at `path`, newest first."""
-        return ModelStore.open(path).versions(limit)
+        return saving.versions(path, limit)
 
     @staticmethod
     def restore(path: str | Path, version: int) -> int:
         """Make `version` of the classifier at `path` its newest version again (a new version; nothing
         is deleted). Returns the new version's id."""
-        if not (is_int(version) and version >= 1):
-            raise DyntcError(f"version must be an integer >= 1, got {version!r}")
-        store = ModelStore.open(path)
-        with store.transaction() as txn:
-            return txn.restore(version)
+        return saving.restore(path, version)
 
     # ------------------------------------------------------------------ misc
 

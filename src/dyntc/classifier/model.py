@@ -124,6 +124,11 @@ class MetricSpace:
         self._weights_hash = hashlib.sha256(data).hexdigest()
         return data, self._weights_hash
 
+    @property
+    def weights_dirty(self) -> bool:
+        """Whether the weights changed since they were last serialised (training, vocabulary growth)."""
+        return self._weights_hash is None
+
     def weights_changed(self) -> None:
         """Call after training: the next :meth:`weights` serialises them again."""
         self._weights_hash = None

@@ -1,0 +1,48 @@
+"""Checks of a :class:`~dyntc.classifier.DynamicClassifier`'s constructor parameters (done at ``fit``,
+scikit-learn style: the constructor only stores them). Every mistake is a :class:`DyntcError` naming
+the parameter and what it accepts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dyntc.errors import DyntcError, is_int, is_number
+
+METRICS = ("euclidean", "hyperbolic")
+
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise DyntcError(msg)
+
+
+def validate_params(clf: Any) -> None:
+    """Check every parameter of `clf`, the encoder's options included (builds nothing)."""
+    _need(isinstance(clf.encoder, str) and bool(clf.encoder),
+          f"encoder must be 'minilm', 'sru' or a model path, got {clf.encoder!r}")
+    _need(clf.metric in METRICS, f"metric must be 'euclidean' or 'hyperbolic', got {clf.metric!r}")
+    for name in ("hidden_size", "num_layers", "max_len", "episodes", "n_support", "n_query",
+                 "eval_every", "patience", "batch_size"):
+        value = getattr(clf, name)
+        if value is None and name in ("num_layers", "max_len"):
+            continue
+        _need(is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
+    _need(is_int(clf.max_classes) and clf.max_classes >= 2,
+          f"max_classes must be an integer >= 2, got {clf.max_classes!r}")
+    _need(clf.dropout is None or (is_number(clf.dropout) and 0 <= clf.dropout < 1),
+          f"dropout must be in [0, 1), got {clf.dropout!r}")
+    _need(is_number(clf.lr) and clf.lr > 0, f"lr must be a number > 0, got {clf.lr!r}")
+    _need(clf.time_budget_s is None or (is_number(clf.time_budget_s) and clf.time_budget_s > 0),
+          f"time_budget_s must be None or > 0 seconds, got {clf.time_budget_s!r}")
+    _need(clf.encoder_options is None or (isinstance(clf.encoder_options, Mapping)
+                                          and all(isinstance(k, str) for k in clf.encoder_options)),
+          f"encoder_options must be a dict with option names as keys, or None; got {clf.encoder_options!r}")
+    _need(is_int(clf.seed), f"seed must be an integer, got {clf.seed!r}")
+    clf._check_device(clf.device)
+    from dyntc.encoders import check_encoder_options
+
+    try:
+        check_encoder_options(clf.encoder, **clf._encoder_options())
+    except DyntcError as exc:
+        raise DyntcError(f"{exc} (encoder={clf.encoder!r}, encoder_options={clf.encoder_options!r})") from None

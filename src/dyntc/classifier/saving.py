@@ -1,0 +1,112 @@
+"""Saving and loading a :class:`~dyntc.classifier.DynamicClassifier` through its versioned store.
+
+A classifier remembers ``(store id, version)`` it was loaded from or last committed as. Committing
+to that store at that version writes only the labels changed since (``LabelSet.changed``); committing
+anywhere else writes the whole label set. :func:`save` refuses to commit over a newer version (its
+changes would be lost); :func:`edit` reads the newest version under the write lock, so it never has
+to refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dyntc.classifier.calibration import Calibration
+from dyntc.classifier.labels import LabelSet
+from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
+from dyntc.errors import DyntcError, is_int
+
+#: Version of the classifier's stored description (params, calibration); the store has its own.
+CLASSIFIER_FORMAT = 2
+
+
+def save(clf: Any, path: str | Path) -> Path:
+    path = Path(path)
+    store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
+    with store.transaction() as txn:
+        version = commit(clf, txn, "save", check_base=True)
+    _committed(clf, store.store_id(), version)
+    return path
+
+
+@contextmanager
+def edit(cls: type, path: str | Path) -> Iterator[Any]:
+    store = ModelStore.open(path)
+    with store.transaction() as txn:
+        clf = from_snapshot(cls, txn.read())
+        yield clf
+        version = commit(clf, txn, "edit") if _has_changes(clf) else None
+    if version is not None:
+        _committed(clf, clf._source[0], version)
+
+
+def _has_changes(clf: Any) -> bool:
+    return bool(clf._labels.changed or clf._labels.log or clf.space_.weights_dirty)
+
+
+def commit(clf: Any, txn: Transaction, op: str, *, check_base: bool = False) -> int:
+    """Write `clf`'s state through `txn`; returns the new version's id."""
+    source = clf._source
+    same_store = source is not None and source[0] == txn.store_id
+    if same_store and check_base and txn.head != source[1]:
+        raise DyntcError(
+            f"{txn.store.path} changed since this classifier was loaded (version {source[1]}, now "
+            f"{txn.head}): saving would undo those changes. Load it again and repeat your change, use "
+            "DynamicClassifier.edit(path), or save to another path")
+    incremental = same_store and txn.head == source[1]
+    data, key = clf.space_.weights()
+    if data is None and not txn.has_blob(key):  # weights known elsewhere, new to this store
+        clf.space_.weights_changed()
+        data, key = clf.space_.weights()
+    document = {**clf.space_.document(), "format": CLASSIFIER_FORMAT, "params": clf.get_params(),
+                "calibration": None if clf.calibration_ is None else clf.calibration_.to_dict()}
+    labels = clf._labels
+    names = labels.changed if incremental else labels.classes
+    changes = {n: ((s.texts, s.points) if n in labels else None) for n in names for s in [labels._support.get(n)]}
+    log = labels.log or [{"op": op}]
+    return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
+                      weights=data if data is not None else key, labels=changes, replace_all=not incremental)
+
+
+def _committed(clf: Any, store_id: str, version: int) -> None:
+    clf._labels.changed.clear()
+    clf._labels.log.clear()
+    clf._source = (store_id, version)
+
+
+def load(cls: type, path: str | Path, version: int | None = None) -> Any:
+    return from_snapshot(cls, ModelStore.open(path).read(version))
+
+
+def from_snapshot(cls: type, snap: Snapshot) -> Any:
+    doc = snap.document
+    if doc.get("format") != CLASSIFIER_FORMAT:
+        raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads format "
+                         f"{CLASSIFIER_FORMAT}: refit it or use the dyntc version that wrote it")
+    params = {k: v for k, v in (doc.get("params") or {}).items() if k in cls._param_names()}
+    params["device"] = "cpu"
+    clf = cls(**params)
+    clf.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **clf._space_options())
+    if any(p.shape[1] != clf.space_.dim for _, p in snap.labels.values()):
+        raise DyntcError(f"the stored points do not have the model's {clf.space_.dim} coordinates: the store is damaged")
+    clf._labels = LabelSet.from_groups(clf.space_, snap.labels)
+    stored = doc.get("calibration")
+    clf.calibration_ = None if stored is None else Calibration.from_dict(stored)
+    clf._source = (snap.store_id, snap.version)
+    return clf
+
+
+def versions(path: str | Path, limit: int | None = None) -> list[dict]:
+    return ModelStore.open(path).versions(limit)
+
+
+def restore(path: str | Path, version: int) -> int:
+    if not (is_int(version) and version >= 1):
+        raise DyntcError(f"version must be an integer >= 1, got {version!r}")
+    store = ModelStore.open(path)
+    with store.transaction() as txn:
+        return txn.restore(version)
