@@ -9,6 +9,14 @@ class DyntcError(ValueError):
     """Bad input, missing data or an incompatible file; the message names the culprit and the fix."""
 
 
+class UnknownLabelError(DyntcError):
+    """A label operation named a label that does not exist."""
+
+
+class LabelExistsError(DyntcError):
+    """A label operation would create a label whose name is taken."""
+
+
 class NotFittedError(DyntcError, AttributeError):
     """A model was used before `fit` (or `load`)."""
 

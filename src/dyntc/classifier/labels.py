@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dyntc.classifier.model import MetricSpace
-from dyntc.errors import DyntcError
+from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,13 @@ class LabelSet:
         if name not in self._support:
             known = ", ".join(repr(c) for c in self.classes[:10])
             more = f" and {len(self) - 10} more" if len(self) > 10 else ""
-            raise DyntcError(f"label {name!r} does not exist; the labels are {known}{more}")
+            raise UnknownLabelError(f"label {name!r} does not exist; the labels are {known}{more}")
         return name
 
     def require_new(self, name: Any, arg: str = "name", allowed: Iterable[str] = ()) -> str:
         check_name(name, arg)
         if name in self._support and name not in set(allowed):
-            raise DyntcError(f"label {name!r} already exists: use add_examples to give it more examples, or pick another name")
+            raise LabelExistsError(f"label {name!r} already exists: use add_examples to give it more examples, or pick another name")
         return name
 
     # ---------------------------------------------------------------- operations
