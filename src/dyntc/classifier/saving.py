@@ -29,7 +29,7 @@ def save(clf: Any, path: str | Path) -> Path:
     store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
     with store.transaction() as txn:
         version = commit(clf, txn, "save", check_base=True)
-    _committed(clf, store.store_id(), version)
+    mark_committed(clf, store.store_id(), version)
     return path
 
 
@@ -41,7 +41,7 @@ def edit(cls: type, path: str | Path) -> Iterator[Any]:
         yield clf
         version = commit(clf, txn, "edit") if _has_changes(clf) else None
     if version is not None:
-        _committed(clf, clf._source[0], version)
+        mark_committed(clf, clf._source[0], version)
 
 
 def _has_changes(clf: Any) -> bool:
@@ -72,7 +72,7 @@ def commit(clf: Any, txn: Transaction, op: str, *, check_base: bool = False) -> 
                       weights=data if data is not None else key, labels=changes, replace_all=not incremental)
 
 
-def _committed(clf: Any, store_id: str, version: int) -> None:
+def mark_committed(clf: Any, store_id: str, version: int) -> None:
     clf._labels.changed.clear()
     clf._labels.log.clear()
     clf._source = (store_id, version)

@@ -43,6 +43,10 @@ def _register() -> None:
     app.command("evaluate")(classifier.evaluate)
     app.add_typer(classifier.labels_app, name="labels")
 
+    from dyntc.cli import serve
+
+    app.command("serve")(serve.serve)
+
 
 def main() -> None:
     _register()
