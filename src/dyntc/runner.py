@@ -19,8 +19,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue as queue_mod
 import time
+import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -77,10 +78,12 @@ def _hms(seconds: float) -> str:
 class Progress:
     """Planned work per stage, work actually done, and the ETA from measured throughput."""
 
-    def __init__(self, costs: dict[tuple, float], unit_costs: dict[str, float], jobs: int, show: bool,
-                 log: Callable[[str], None]):
-        self.costs, self.unit_costs, self.jobs, self.log = costs, dict(unit_costs), jobs, log
-        self.planned = sum(costs.values())
+    def __init__(self, costs: dict[str, dict[tuple, float]], jobs: int, show: bool, log: Callable[[str], None]):
+        """`costs`: planned work per stage of each unit (:func:`stage_costs`)."""
+        self.jobs, self.log = jobs, log
+        self.costs = {stage: c for stages in costs.values() for stage, c in stages.items()}
+        self.units = {name: set(stages) for name, stages in costs.items()}  # units not finished yet
+        self.planned = sum(self.costs.values())
         self.done_stages: set[tuple] = set()
         self.actual: dict[tuple, float] = {}  # real sequences per stage
         self.used: list[tuple[float, float]] = []  # (actual, planned) of finished training stages
@@ -88,12 +91,13 @@ class Progress:
         self._announced = False
         self._last_postfix = 0.0
         self.bar = tqdm(total=self.planned, desc="reproduce", unit="seq", unit_scale=True, disable=not show or self.planned == 0,
-                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} {postfix}")
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}")
 
-    def credited(self) -> float:
-        """Planned work accounted for: finished stages in full, running ones by what they did."""
-        return sum(self.costs.get(k, 0.0) if k in self.done_stages else min(v, self.costs.get(k, v))
-                   for k, v in self.actual.items()) + sum(self.costs.get(k, 0.0) for k in self.done_stages - self.actual.keys())
+    def credited(self, stages=None) -> float:
+        """Planned work accounted for (of `stages`, default all): finished stages in full, running ones
+        by what they did."""
+        stages = self.costs.keys() if stages is None else stages
+        return sum(self.costs[k] if k in self.done_stages else min(self.actual.get(k, 0.0), self.costs[k]) for k in stages)
 
     def report(self, stage: tuple, n: float, finished: bool) -> None:
         if stage in self.done_stages:
@@ -121,23 +125,24 @@ class Progress:
         figure scales the remaining budget by the share of it that finished stages used (early stopping).
         With several workers a lone long unit at the end cannot go faster than one worker's rate."""
         rate = self.rate()
-        if rate <= 0:
+        elapsed = time.perf_counter() - self.start
+        if rate <= 0 or (not self.done_stages and elapsed < 30):
             return "ETA: measuring"
         remaining = max(self.planned - self.credited(), 0.0)
-        parallel = max(1, min(self.jobs, len(self.unit_costs)))
-        longest = max(self.unit_costs.values(), default=0.0)
+        parallel = max(1, min(self.jobs, len(self.units)))
+        longest = max((sum(self.costs[k] for k in st) - self.credited(st) for st in self.units.values()), default=0.0)
         upper = max(remaining / rate, longest / (rate / parallel))
         used = sum(a for a, _ in self.used) / sum(p for _, p in self.used) if self.used else None
         expected = None if used is None else max(remaining * used / rate, longest * used / (rate / parallel))
-        elapsed = time.perf_counter() - self.start
         if total:
             text = f"<= {_hms(elapsed + upper)} (no early stopping)"
             return text + (f", ~{_hms(elapsed + expected)} if stages stop as early as so far" if expected is not None else "")
         return f"ETA <= {_hms(upper)}" + (f" (~{_hms(expected)} with early stopping as so far)" if expected is not None else "")
 
-    def unit_done(self, unit: Unit, seconds: float, n_done: int, n_units: int) -> None:
-        self.unit_costs.pop(unit.name, None)
-        self.log(f"[{n_done}/{n_units} units] {unit.name} done in {_hms(seconds)} ({len(unit.cells)} cells); "
+    def unit_done(self, unit: Unit, seconds: float, cpu: float, n_done: int, n_units: int) -> None:
+        """`cpu`: the unit's CPU seconds in its process (on a busy machine well below `seconds`)."""
+        self.units.pop(unit.name, None)
+        self.log(f"[{n_done}/{n_units} units] {unit.name} done in {_hms(seconds)} wall, {_hms(cpu)} CPU ({len(unit.cells)} cells); "
                  f"elapsed {_hms(time.perf_counter() - self.start)}, {self.eta_text()}")
 
     def close(self) -> None:
@@ -155,19 +160,18 @@ def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1) -> dict:
     if not units:
         return run.finish(time.perf_counter() - t_run)
     costs = {u.name: stage_costs(run, u) for u in units}
-    flat = {k: v for c in costs.values() for k, v in c.items()}
     totals = {name: sum(c.values()) for name, c in costs.items()}
     workers = min(jobs, len(units))
-    run.log(f"{len(units)} work units (split x model), {workers} process(es); planned work at most {sum(flat.values()) / 1e6:.2f}M "
+    run.log(f"{len(units)} work units (split x model), {workers} process(es); planned work at most {sum(totals.values()) / 1e6:.2f}M "
             f"sequences through the encoder (full budgets, no early stopping); the ETA follows once throughput is measured")
-    progress = Progress(flat, totals, workers, run.progress, run.log)
+    progress = Progress(costs, workers, run.progress, run.log)
     try:
         if workers == 1:
             for i, unit in enumerate(units, 1):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 progress.bar.set_description_str(f"reproduce ({unit.name})")
                 run.run_unit(unit, progress.report)
-                progress.unit_done(unit, time.perf_counter() - t0, i, len(units))
+                progress.unit_done(unit, time.perf_counter() - t0, time.process_time() - c0, i, len(units))
                 run.write_report()
         else:
             # the longest units first, so that no long one is left alone at the end
@@ -177,81 +181,97 @@ def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1) -> dict:
     return run.finish(time.perf_counter() - t_run)
 
 
-_WORKER: dict[str, Any] = {}
-
-
-def _worker_init(data: Dataset, plan: RunPlan, out: str, messages, threads: int) -> None:
+def _worker_main(data: Dataset, plan: RunPlan, out: str, threads: int, tasks, messages) -> None:
+    """A worker process: take units from `tasks` until a None, run each, tell the parent on `messages`."""
     torch.set_num_threads(threads)  # before any heavy work; the SRU kernels use as many Python threads
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set in this process
         pass
-    run = ProtocolRun(data, plan, Path(out), progress=False, worker=True, log=lambda msg: messages.put(("log", msg)))
-    _WORKER.update(run=run, messages=messages)
+    who = mp.current_process().name
+    run = ProtocolRun(data, plan, Path(out), progress=False, worker=True, log=lambda msg: messages.put(("log", f"[{who}] {msg}")))
+    while (unit := tasks.get()) is not None:
+        messages.put(("start", unit.name, who))
+        pending: dict[tuple, float] = {}
+        last = time.perf_counter()
 
+        def report(stage: tuple, n: int, finished: bool) -> None:  # batched: at most every half second
+            nonlocal last
+            pending[stage] = pending.get(stage, 0.0) + n
+            if finished or time.perf_counter() - last > 0.5:
+                for key, value in pending.items():
+                    messages.put(("work", key, value, finished and key == stage))
+                pending.clear()
+                last = time.perf_counter()
 
-def _worker_unit(unit: Unit) -> float:
-    """Run one unit in a worker; work reports go to the parent at most every half second."""
-    run, messages = _WORKER["run"], _WORKER["messages"]
-    pending: dict[tuple, float] = {}
-    last = [time.perf_counter()]
-
-    def report(stage: tuple, n: int, finished: bool) -> None:
-        pending[stage] = pending.get(stage, 0.0) + n
-        if finished or time.perf_counter() - last[0] > 0.5:
-            for key, value in pending.items():
-                messages.put(("work", key, value, finished and key == stage))
-            pending.clear()
-            last[0] = time.perf_counter()
-
-    t0 = time.perf_counter()
-    run.run_unit(unit, report)
-    return time.perf_counter() - t0
-
-
-def _drain(messages, progress: Progress, run: ProtocolRun, wait: float) -> None:
-    try:
-        item = messages.get(timeout=wait)
-        while True:
-            if item[0] == "log":
-                run.log(item[1])
-            else:
-                progress.report(item[1], item[2], item[3])
-            item = messages.get_nowait()
-    except queue_mod.Empty:
-        pass
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            run.run_unit(unit, report)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the parent, named
+            messages.put(("error", unit.name, isinstance(exc, DyntcError), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            return
+        messages.put(("done", unit.name, time.perf_counter() - t0, time.process_time() - c0))
 
 
 def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, progress: Progress) -> None:
-    ctx = mp.get_context("spawn")  # fork would copy torch's thread pools and locks mid-use
-    messages = ctx.Queue()
-    pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(run.data, run.plan, str(run.out), messages, threads))
+    """`units` in `jobs` spawned processes (fork would copy torch's thread pools and locks mid-use).
+
+    Plain processes and queues rather than a Pool: a worker killed outright (out of memory) is seen
+    here and named, where a Pool would wait for its result forever."""
+    ctx = mp.get_context("spawn")
+    tasks, messages = ctx.Queue(), ctx.Queue()
+    for unit in units:
+        tasks.put(unit)
+    for _ in range(jobs):
+        tasks.put(None)
+    procs = [ctx.Process(target=_worker_main, name=f"worker {i + 1}", daemon=True,
+                         args=(run.data, run.plan, str(run.out), threads, tasks, messages)) for i in range(jobs)]
+    by_name = {u.name: u for u in units}
+    running: dict[str, str] = {}  # worker -> unit
+    n_done = 0
     try:
-        pending = {unit.name: (unit, pool.apply_async(_worker_unit, (unit,))) for unit in units}
-        n_done = 0
-        while pending:
-            _drain(messages, progress, run, 0.2)
-            for name, (unit, result) in list(pending.items()):
-                if not result.ready():
-                    continue
-                del pending[name]
-                try:
-                    seconds = result.get()
-                except DyntcError as exc:
-                    raise DyntcError(f"{unit.name}: {exc}") from exc
-                except Exception as exc:
-                    raise RuntimeError(f"work unit {unit.name} failed in its worker process: {type(exc).__name__}: {exc} "
-                                       f"(finished cells are kept in {run.results_path}; rerun to resume)") from exc
-                _drain(messages, progress, run, 0.0)
+        for p in procs:
+            p.start()
+        while n_done < len(units):
+            try:
+                item = messages.get(timeout=0.5)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    p = dead[0]
+                    unit = running.get(p.name, "no unit yet")
+                    raise RuntimeError(f"{p.name} died (exit code {p.exitcode}; a negative code is a signal, -9 often means "
+                                       f"out of memory) while running {unit}; finished cells are kept in {run.results_path}: "
+                                       f"rerun to resume")
+                if all(p.exitcode is not None for p in procs):
+                    raise RuntimeError(f"every worker exited with {len(units) - n_done} unit(s) not done")
+                continue
+            kind = item[0]
+            if kind == "log":
+                run.log(item[1])
+            elif kind == "work":
+                progress.report(item[1], item[2], item[3])
+            elif kind == "start":
+                running[item[2]] = item[1]
+            elif kind == "error":
+                _, name, user_error, message, tb = item
+                if user_error:
+                    raise DyntcError(f"{name}: {message.split(': ', 1)[-1]}")
+                raise RuntimeError(f"work unit {name} failed in its worker process: {message} (finished cells are kept "
+                                   f"in {run.results_path}; rerun to resume)\n\nWorker traceback:\n{tb}")
+            elif kind == "done":
                 n_done += 1
-                progress.unit_done(unit, seconds, n_done, len(units))
+                progress.unit_done(by_name[item[1]], item[2], item[3], n_done, len(units))
                 run._save()  # fetch the workers' rows for the tables
                 run.write_report()
-        pool.close()
-        pool.join()
-        _drain(messages, progress, run, 0.0)
+        for p in procs:
+            p.join(timeout=30)
     finally:
-        pool.terminate()  # on an error or Ctrl-C: stop the other units now (their finished cells are saved)
+        for p in procs:  # on an error or Ctrl-C: stop the other units now (their finished cells are saved)
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=10)
 
 
 def reproduce(
