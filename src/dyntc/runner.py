@@ -181,14 +181,16 @@ def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1) -> dict:
     return run.finish(time.perf_counter() - t_run)
 
 
-def _worker_main(data: Dataset, plan: RunPlan, out: str, threads: int, tasks, messages) -> None:
-    """A worker process: take units from `tasks` until a None, run each, tell the parent on `messages`."""
+def _worker_main(plan: RunPlan, out: str, threads: int, setup, tasks, messages) -> None:
+    """A worker process: its dataset from `setup`, then units from `tasks` until a None, each run and
+    reported to the parent on `messages`."""
     torch.set_num_threads(threads)  # before any heavy work; the SRU kernels use as many Python threads
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set in this process
         pass
     who = mp.current_process().name
+    data = setup.get()
     run = ProtocolRun(data, plan, Path(out), progress=False, worker=True, log=lambda msg: messages.put(("log", f"[{who}] {msg}")))
     while (unit := tasks.get()) is not None:
         messages.put(("start", unit.name, who))
@@ -219,13 +221,17 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
     Plain processes and queues rather than a Pool: a worker killed outright (out of memory) is seen
     here and named, where a Pool would wait for its result forever."""
     ctx = mp.get_context("spawn")
-    tasks, messages = ctx.Queue(), ctx.Queue()
+    setup, tasks, messages = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    # The dataset goes through a queue, not the process arguments: spawn writes those into a pipe and
+    # waits while the child imports torch (and forever if the child is killed meanwhile).
+    for _ in range(jobs):
+        setup.put(run.data)
     for unit in units:
         tasks.put(unit)
     for _ in range(jobs):
         tasks.put(None)
     procs = [ctx.Process(target=_worker_main, name=f"worker {i + 1}", daemon=True,
-                         args=(run.data, run.plan, str(run.out), threads, tasks, messages)) for i in range(jobs)]
+                         args=(run.plan, str(run.out), threads, setup, tasks, messages)) for i in range(jobs)]
     by_name = {u.name: u for u in units}
     running: dict[str, str] = {}  # worker -> unit
     n_done = 0

@@ -192,26 +192,6 @@ def gate_major(weight: Tensor, D: int, H: int, K: int) -> Tensor:
     return weight.detach().view(weight.shape[0], D, H, K).permute(0, 1, 3, 2).reshape(weight.shape[0], D * K * H)
 
 
-# Pack the matrix products to the rows of real tokens when at least this share of a batch is padding.
-PACK_BELOW = 0.95
-
-
-def live_rows(mask_pad: Tensor | None, x: Tensor) -> Tensor | None:
-    """Indices of the non-padding rows of ``x.reshape(T*B, I)``, or None to use every row: no padding,
-    little of it, or not the CPU path (the GPU's products are cheap next to the gather).
-
-    A batch of tweets (SENT) is ~1/3 padding: every text is padded to the batch's longest. The CPU
-    kernels never read ``U`` at padding and write zero gradients there, so the products ``U = x W``
-    and ``dx = dU W^T`` need only the real rows. A row of a product does not depend on the other rows
-    (checked bit for bit with this machine's BLAS), so packing changes no result, only the time.
-    """
-    if mask_pad is None or x.device.type != "cpu":
-        return None
-    live = ~mask_pad.reshape(-1)
-    n = int(live.sum())
-    return None if n >= PACK_BELOW * live.numel() else torch.nonzero(live).squeeze(1)
-
-
 def _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend, train: bool,
                    wp: Tensor | None = None):  # fmt: skip
     """One layer forward on the fast path (see SRULayerFunction) -> h (T, B, D*H), c (B, D*H), and
@@ -221,16 +201,11 @@ def _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale,
     if wp is None:
         wp = gate_major(weight, D, H, K)
     x2 = x.detach().reshape(L * B, I)
-    rows = live_rows(mask_pad, x)
     if x.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         U = torch.mm(x2, wp)  # in autocast's dtype (the Triton kernels take float16 / bfloat16)
-    elif rows is None:
+    else:
         U = backend.empty((L * B, D * K * H), x.dtype, x.device)
         torch.mm(x2, wp, out=U)
-    else:  # padding rows are never read; zeros keep the buffer free of stale values anyway
-        U = backend.empty((L * B, D * K * H), x.dtype, x.device)
-        U[mask_pad.reshape(-1)] = 0
-        U[rows] = torch.mm(x2[rows], wp)
     U = U.view(L, B, D, K, H)
     hw = (x if x_hw is None else x_hw) if K == 3 else None
     h, c_last, saved = backend.recurrence_forward(U, hw, scale, weight_c, bias, c0, mask_c, mask_pad, train)
@@ -256,7 +231,6 @@ class SRULayerFunction(torch.autograd.Function):
         h, c_last, saved = _layer_forward(x, weight, weight_c, bias, c0, mask_c, mask_pad, x_hw, scale, D, H, K, backend,
                                           True, wp)  # fmt: skip
         ctx.save_for_backward(*saved)
-        ctx.rows = live_rows(mask_pad, x)  # (ints, not saved for autograd: no version checks needed)
         ctx.dims = (*x.shape, D, H, K)
         ctx.hw_is_x = x_hw is None
         ctx.backend = backend
@@ -273,19 +247,9 @@ class SRULayerFunction(torch.autograd.Function):
         gU2 = gU.view(L * B, D * K * H)
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         gx = gw = g_xhw = None
-        rows = ctx.rows
         if need_x:
             if ghw is not None and ctx.hw_is_x and ghw.dtype == gU2.dtype == wp.dtype:
-                gx = ghw.view(L * B, I)
-                if rows is None:
-                    gx.addmm_(gU2, wp.t())  # highway + GEMM grads
-                else:  # the real tokens' rows only: dU and the highway gradient are zero at padding
-                    gx[rows] = gx[rows].addmm_(gU2[rows], wp.t())
-                gx = gx.view(L, B, I)
-            elif rows is not None and ghw is None:
-                gx = torch.zeros((L * B, I), dtype=gU2.dtype, device=gU2.device)
-                gx[rows] = torch.mm(gU2[rows], wp.t().to(gU2.dtype))
-                gx = gx.view(L, B, I)
+                gx = ghw.view(L * B, I).addmm_(gU2, wp.t()).view(L, B, I)  # highway + GEMM grads
             else:
                 gx = backend.empty((L * B, I), gU2.dtype, gU2.device)
                 torch.mm(gU2, wp.t().to(gU2.dtype), out=gx)
