@@ -368,3 +368,24 @@ def test_concurrent_writers_lose_no_row(tmp_path):
     assert len(data["rows"]) == len(cells) == 3 * 60
     assert data["split_info"]["0"] == {"a": 59, "b": 59, "c": 59}
     assert set(data["pretraining"]["0"]) == {"a", "b", "c"}
+
+
+def test_progress_credits_early_stopped_stages_and_gives_both_etas():
+    from dyntc.runner import Progress
+
+    lines = []
+    costs = {"split 0 euc": {(0, "pretrain", "euc"): 1000.0, (0, "euc", "fine-tuned", 5): 500.0},
+             "split 0 mlp": {(0, "pretrain", "mlp"): 300.0}}
+    prog = Progress(costs, jobs=2, show=False, log=lines.append)
+    assert prog.planned == 1800 and "measuring" in prog.eta_text()
+    prog.report((0, "pretrain", "euc"), 250, False)
+    assert prog.credited() == 250
+    prog.report((0, "pretrain", "euc"), 150, True)  # stopped early at 400 of 1000: the rest is credited, not counted as work
+    assert prog.credited() == 1000 and sum(prog.actual.values()) == 400 and prog.used == [(400, 1000)]
+    prog.start -= 60  # as if a minute had passed: 400 sequences / 60 s
+    text = prog.eta_text()
+    assert text.startswith("ETA <= ") and "with early stopping as so far" in text
+    prog.report((0, "pretrain", "euc"), 999, True)  # a finished stage is not counted twice
+    assert sum(prog.actual.values()) == 400
+    prog.unit_done(protocol.Unit(0, "mlp", []), 12.0, 11.0, 1, 2)
+    assert lines and lines[-1].startswith("[1/2 units] split 0 mlp done in 0:12 wall, 0:11 CPU")
