@@ -11,7 +11,8 @@ import torch
 import dyntc.protocol as protocol
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
-from dyntc.protocol import accuracies, make_plan, reproduce
+from dyntc.protocol import accuracies, make_plan
+from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown
 from dyntc.training import Encoded
 
@@ -286,3 +287,105 @@ def test_cli_reports_bad_input_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "unknown profile 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---- parallel work units (--jobs) ----------------------------------------------------------------
+
+TIMING_KEYS = {"train_seconds", "cell_seconds", "finished", "seconds"}
+
+
+def _without_timings(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in TIMING_KEYS}
+
+
+def test_jobs_must_be_a_positive_integer(small_sent, tmp_path):
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(DyntcError, match="--jobs must be an integer >= 1"):
+            run_tiny(small_sent, tmp_path, jobs=bad)
+    assert not (tmp_path / "results.json").exists()  # refused before any work
+
+
+def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path):
+    """Every unit takes its seeds from derive_seed and featurizes the same way in its own process."""
+    out, sequential = tiny_run
+    parallel = run_tiny(small_sent, tmp_path, jobs=2)
+    assert parallel["finished"] and parallel["jobs"] == 2
+    key = lambda r: (r["model"], r["variant"], r["n_fine"], r["split"])  # noqa: E731
+    assert [key(r) for r in parallel["rows"]] == [key(r) for r in sequential["rows"]]  # the plan's order
+    for a, b in zip(sequential["rows"], parallel["rows"]):
+        assert _without_timings(a) == _without_timings(b), key(a)  # accuracies, steps, best dev acc, ...
+    for model, info in sequential["pretraining"]["0"].items():
+        other = parallel["pretraining"]["0"][model]
+        assert (info["steps"], info["best_dev_acc"], info["history"]) == (other["steps"], other["best_dev_acc"], other["history"])
+    assert parallel["split_info"] == sequential["split_info"]
+    assert (tmp_path / "tables.md").is_file()
+
+
+def test_two_jobs_resume_an_interrupted_run(tiny_run, small_sent, tmp_path):
+    out, sequential = tiny_run
+    import shutil
+
+    shutil.copytree(out, tmp_path / "run")
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    data["rows"] = [r for r in data["rows"] if r["model"] == "mlp" or r["n_fine"] == 5]  # euc, hyp n_fine=10 lost
+    data["finished"] = None
+    (tmp_path / "run" / "results.json").write_text(json.dumps(data))
+    (tmp_path / "run" / "checkpoints" / "split0" / "hyp.safetensors").unlink()  # and hyp's pretrained weights
+    resumed = run_tiny(small_sent, tmp_path / "run", jobs=2)
+    assert resumed["finished"] and len(resumed["rows"]) == len(sequential["rows"])
+    for a, b in zip(sequential["rows"], resumed["rows"]):
+        assert _without_timings(a) == _without_timings(b)
+
+
+def test_a_failing_worker_names_its_unit(small_sent, tmp_path):
+    # a directory where euc's checkpoint should go: saving the pretrained weights fails in the worker
+    (tmp_path / "checkpoints" / "split0" / "euc.safetensors").mkdir(parents=True)
+    with pytest.raises(RuntimeError, match="work unit split 0 euc failed in its worker process") as info:
+        run_tiny(small_sent, tmp_path, models="mlp,euc", variants="un-tuned", jobs=2)
+    assert "rerun to resume" in str(info.value)
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from dyntc.checkpoint import update_json
+from dyntc.protocol import merge_results
+
+path, who = Path(sys.argv[1]), sys.argv[2]
+for i in range(60):
+    ours = {"rows": [{"model": who, "variant": "fine-tuned", "n_fine": i, "split": 0}],
+            "split_info": {"0": {who: i}}, "pretraining": {"0": {who: {"steps": i}}}}
+    update_json(path, lambda disk: ours if disk is None else merge_results(disk, ours, header=False))
+"""
+
+
+def test_concurrent_writers_lose_no_row(tmp_path):
+    path = tmp_path / "results.json"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who]) for who in ("a", "b", "c")]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    data = json.loads(path.read_text())
+    cells = {(r["model"], r["n_fine"]) for r in data["rows"]}
+    assert len(data["rows"]) == len(cells) == 3 * 60
+    assert data["split_info"]["0"] == {"a": 59, "b": 59, "c": 59}
+    assert set(data["pretraining"]["0"]) == {"a", "b", "c"}
+
+
+def test_progress_credits_early_stopped_stages_and_gives_both_etas():
+    from dyntc.runner import Progress
+
+    lines = []
+    costs = {"split 0 euc": {(0, "pretrain", "euc"): 1000.0, (0, "euc", "fine-tuned", 5): 500.0},
+             "split 0 mlp": {(0, "pretrain", "mlp"): 300.0}}
+    prog = Progress(costs, jobs=2, show=False, log=lines.append)
+    assert prog.planned == 1800 and "measuring" in prog.eta_text()
+    prog.report((0, "pretrain", "euc"), 250, False)
+    assert prog.credited() == 250
+    prog.report((0, "pretrain", "euc"), 150, True)  # stopped early at 400 of 1000: the rest is credited, not counted as work
+    assert prog.credited() == 1000 and sum(prog.actual.values()) == 400 and prog.used == [(400, 1000)]
+    prog.start -= 60  # as if a minute had passed: 400 sequences / 60 s
+    text = prog.eta_text()
+    assert text.startswith("ETA <= ") and "with early stopping as so far" in text
+    prog.report((0, "pretrain", "euc"), 999, True)  # a finished stage is not counted twice
+    assert sum(prog.actual.values()) == 400
+    prog.unit_done(protocol.Unit(0, "mlp", []), 12.0, 11.0, 1, 2)
+    assert lines and lines[-1].startswith("[1/2 units] split 0 mlp done in 0:12 wall, 0:11 CPU")

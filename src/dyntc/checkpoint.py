@@ -63,6 +63,37 @@ def write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock (``fcntl.flock``) on a side file ``.NAME.lock`` beside `path`, held for the block.
+
+    The side file is never deleted: removing a lock file while another process waits on it would let
+    two writers in at once. Where there is no ``fcntl`` (Windows) the block runs unlocked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    lock = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def update_json(path: Path, merge) -> dict:
+    """Read `path` (None if absent), write ``merge(current)`` back atomically, all under :func:`file_lock`;
+    returns what was written. Concurrent writers (``dyntc reproduce --jobs N``) each see the others' rows."""
+    with file_lock(path):
+        current = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        merged = merge(current)
+        write_json(path, merged)
+    return merged
+
+
 def _model_kind(model) -> str:
     if isinstance(model, PrototypicalNetwork):
         return "prototypical"

@@ -44,7 +44,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dyntc import __version__
-from dyntc.checkpoint import write_json
+from dyntc.checkpoint import update_json, write_json
 from dyntc.data.dynamic import DynamicSplit, check_fraction, make_split
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
@@ -467,21 +467,76 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+@dataclass
+class Unit:
+    """A (split, model) work unit: the model's pretraining on that split, then its cells. Units share
+    nothing but the featurized texts and every seed comes from :func:`derive_seed`, so they may run in
+    any order, or in parallel processes (``dyntc.runner``), with the same results."""
+
+    split: int
+    model: str
+    cells: list[tuple[str, str, int, int]]
+
+    @property
+    def name(self) -> str:
+        return f"split {self.split} {self.model}"
+
+
+@dataclass
+class SplitData:
+    """What the units of one split share: the freshly initialised encoder and the featurized sets."""
+
+    seed: int
+    split: DynamicSplit
+    enc0: Any
+    pretrain: Encoded
+    dev_old: Encoded
+    dev_new: Encoded
+    pool: Encoded
+    test: Encoded
+    test_new_mask: np.ndarray
+
+
+def merge_results(disk: dict, ours: dict, *, header: bool) -> dict:
+    """`ours` merged into `disk` (the results file as another process left it): rows joined by cell (a
+    cell already on disk is kept: it was computed from the same seeds), ``split_info`` and
+    ``pretraining`` per split and model; with `header`, our run-level fields win (the parent process)."""
+    merged = {**disk, **{k: v for k, v in ours.items() if k not in ("rows", "split_info", "pretraining")}} if header else dict(disk)
+    rows = list(disk.get("rows", []))
+    have = {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in rows}
+    rows += [r for r in ours.get("rows", []) if cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) not in have]
+    merged["rows"] = rows
+    for part in ("split_info", "pretraining"):
+        merged[part] = {s: dict(v) for s, v in disk.get(part, {}).items()}
+        for s, v in ours.get(part, {}).items():
+            merged[part].setdefault(s, {}).update(v)
+    merged["updated"] = _now()
+    return merged
 
 
 class ProtocolRun:
-    """One ``dyntc reproduce`` run: a dataset, a plan, an output directory."""
+    """One ``dyntc reproduce`` run: a dataset, a plan, an output directory.
+
+    The orchestration (order of the units, processes, progress and ETA) is :mod:`dyntc.runner`'s;
+    this class prepares the units (:meth:`prepare`), runs one (:meth:`run_unit`) and closes the run
+    (:meth:`finish`). A worker process opens its own instance with ``worker=True``: it merges its rows
+    into ``results.json`` and leaves the run-level fields to the parent.
+    """
 
     def __init__(self, data: Dataset, plan: RunPlan, out: Path, *, force: bool = False, progress: bool = True,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, worker: bool = False):
         self.data, self.plan, self.out = data, plan, Path(out)
         self.hp = plan.hp
         self.progress = progress
+        self.worker = worker
         self.log = log or (lambda msg: tqdm.write(msg))
         self.results_path = self.out / "results.json"
         self.results = self._open(force)
         self._featurized: Featurized | None = None
         self._enc_options: dict[str, Any] = {}
+        self._splits: dict[int, DynamicSplit] = {}
+        self._split_data: dict[int, SplitData] = {}
+        self._on_work: Callable[[int], None] | None = None  # hears of training work (sequences), for the ETA
 
     # ---- results file -------------------------------------------------------------------------
 
@@ -539,9 +594,13 @@ class ProtocolRun:
     def done(self) -> set[str]:
         return {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in self.results["rows"]}
 
-    def _save(self) -> None:
-        self.results["updated"] = _now()
-        write_json(self.results_path, self.results)
+    def _save(self, replace: bool = False) -> None:
+        """Merge this process's results into ``results.json`` under a file lock (other workers may be
+        writing); `replace` writes them as they are (the start of a run: old results kept or --force)."""
+        ours = self.results
+        ours["updated"] = _now()
+        self.results = update_json(
+            self.results_path, lambda disk: ours if replace or disk is None else merge_results(disk, ours, header=not self.worker))
 
     # ---- encoder and features -----------------------------------------------------------------
 
@@ -598,77 +657,57 @@ class ProtocolRun:
             seed=seed,
             device=self.plan.device,
             progress=self.progress,
+            on_work=self._on_work,
         )
 
-    def _cost(self, stage: str, model: str, n_train: int, n_classes: int) -> float:
-        """Planned work of a stage (sequences through the encoder, upper bound) for the ETA."""
-        hp = self.hp
-        pre = stage == "pretrain"
-        if model == "logreg":
-            return 1.0
-        if stage == "un-tuned":
-            return float(n_train)
-        if model == "mlp":
-            epochs = hp["pretrain_epochs" if pre else "finetune_epochs"]
-            floor = 0 if pre else hp["finetune_min_steps"] * min(n_train, hp["batch_size"])
-            return float(max(epochs * n_train, floor))
-        episodes = hp["pretrain_episodes" if pre else "finetune_episodes"]
-        return float(episodes * (min(n_classes, hp["max_classes"]) * hp["n_support"] + hp["n_query"]))
+    # ---- the units --------------------------------------------------------------------------------
 
-    # ---- the main loop --------------------------------------------------------------------------
+    def split(self, s: int) -> DynamicSplit:
+        if s not in self._splits:
+            self._splits[s] = make_split(self.data, self.plan.seed + s, self.hp["p"])
+        return self._splits[s]
 
-    def run(self) -> dict:
+    def prepare(self) -> list[Unit]:
+        """Write the run's header and every split's label sets; return the units with cells still to run."""
         plan = self.plan
-        todo = {s: [c for c in plan.cells(s) if cell_key(*c) not in self.done()] for s in range(plan.splits)}
-        n_todo = sum(len(v) for v in todo.values())
-        n_all = sum(len(plan.cells(s)) for s in range(plan.splits))
+        done = self.done()
+        units = []
+        for s in range(plan.splits):
+            self.results["split_info"].setdefault(str(s), {}).update(self.split(s).describe())
+            todo = [c for c in plan.cells(s) if cell_key(*c) not in done]
+            units += [Unit(s, m, [c for c in todo if c[0] == m]) for m in dict.fromkeys(c[0] for c in todo)]
+        self._save(replace=True)
+        n_todo, n_all = sum(len(u.cells) for u in units), sum(len(plan.cells(s)) for s in range(plan.splits))
         if n_todo == 0:
             self.log(f"all {n_all} cells already in {self.results_path}; rewriting tables and plots")
         else:
             self.log(f"{self.data.name}: {n_todo} of {n_all} cells to run ({plan.splits} splits x models {','.join(plan.models)} "
                      f"x variants x n_fine {','.join(map(str, plan.n_fine))}); profile {plan.profile.name}, device {plan.device}")
-        splits = {s: make_split(self.data, plan.seed + s, self.hp["p"]) for s in range(plan.splits)}
-        for s, split in splits.items():
-            self.results["split_info"][str(s)] = split.describe()
-        self._save()
-        # The ETA: planned work of every remaining stage.
-        plans = {s: self._stage_costs(splits[s], todo[s]) for s in todo}
-        total = sum(c for stages in plans.values() for c in stages.values())
-        bar = tqdm(total=total, desc="reproduce", unit="seq", unit_scale=True, disable=not self.progress or total == 0,
-                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} elapsed, ETA {remaining} {postfix}")
-        t_run = time.perf_counter()
-        try:
-            for s in range(plan.splits):
-                if todo[s]:
-                    self._run_split(s, splits[s], todo[s], plans[s], bar)
-                    self._write_report()
-        finally:
-            bar.close()
+        return units
+
+    def finish(self, seconds: float) -> dict:
+        """Record whether every planned cell is done and the run's wall time; rows in the plan's order."""
+        plan = self.plan
+        self.results["last_run_seconds"] = seconds
+        self._save()  # merges what worker processes wrote
         self.results["finished"] = _now() if not any(
             cell_key(*c) not in self.done() for s in range(plan.splits) for c in plan.cells(s)) else None
-        self.results["last_run_seconds"] = time.perf_counter() - t_run
-        self._save()
-        self._write_report()
+        order = {cell_key(*c): i for i, c in enumerate(c for s in range(plan.splits) for c in plan.cells(s))}
+        self.results["rows"].sort(key=lambda r: order.get(cell_key(r["model"], r["variant"], r["n_fine"], r["split"]), len(order)))
+        self._save(replace=True)
+        self.write_report()
         return self.results
 
-    def _write_report(self) -> None:
+    def write_report(self) -> None:
         from dyntc.report import write_report
 
         write_report(self.results, self.out)
 
-    def _stage_costs(self, split: DynamicSplit, cells: list[tuple]) -> dict[tuple, float]:
-        costs: dict[tuple, float] = {}
-        n_new = len(split.new_labels)
-        for model, variant, n_fine, _ in cells:
-            if variant in ("fine-tuned", "un-tuned") and model != "logreg":
-                costs[("pretrain", model)] = self._cost("pretrain", model, len(split.pretrain), len(split.old_labels))
-            n_train = n_fine * n_new
-            costs[(model, variant, n_fine)] = self._cost(variant if variant == "un-tuned" else "finetune", model, n_train, n_new) \
-                + len(split.test)
-        return costs
-
-    def _run_split(self, s: int, split: DynamicSplit, cells: list[tuple], costs: dict[tuple, float], bar) -> None:
-        plan, hp = self.plan, self.hp
+    def _data(self, s: int) -> SplitData:
+        """The featurized sets of split `s` (made once per process; every process makes the same)."""
+        if s in self._split_data:
+            return self._split_data[s]
+        plan, hp, split = self.plan, self.hp, self.split(s)
         split_seed = plan.seed + s
         enc0 = self._fresh_encoder(split_seed)
         feats = self._features(enc0)
@@ -676,48 +715,62 @@ class ProtocolRun:
                  f"new classes {split.new_classes}" + (f"; collapsed {list(split.collapsed)}" if split.collapsed else ""))
         old, new = split.old_labels, split.new_labels
         rng_seed = derive_seed(plan.seed, s, "dev")
-        pretrain = feats.encoded("train", split.pretrain_idx, split.pretrain.labels, old)
-        dev_old = feats.encoded("dev", split.dev_old_idx, split.dev_old.labels, old).per_class(hp["dev_per_class"], rng_seed)
-        dev_new = feats.encoded("dev", split.dev_new_idx, split.dev_new.labels, new).per_class(hp["dev_per_class"], rng_seed)
-        pool = feats.encoded("train", split.finetune_idx, split.finetune_pool.labels, new)
         test = feats.encoded("test", split.test_idx, split.test.labels, new).per_class(hp["test_per_class"], derive_seed(plan.seed, "test"))
         new_ids = np.array([new.index(c) for c in split.new_classes], dtype=np.int64)
-        test_new_mask = np.isin(test.labels, new_ids)
-        self.results["split_info"][str(s)]["n_test_evaluated"] = len(test)
-        self.results["split_info"][str(s)]["n_dev_old_used"] = len(dev_old)
-        self.results["split_info"][str(s)]["n_dev_new_used"] = len(dev_new)
-
+        data = SplitData(
+            seed=split_seed, split=split, enc0=enc0,
+            pretrain=feats.encoded("train", split.pretrain_idx, split.pretrain.labels, old),
+            dev_old=feats.encoded("dev", split.dev_old_idx, split.dev_old.labels, old).per_class(hp["dev_per_class"], rng_seed),
+            dev_new=feats.encoded("dev", split.dev_new_idx, split.dev_new.labels, new).per_class(hp["dev_per_class"], rng_seed),
+            pool=feats.encoded("train", split.finetune_idx, split.finetune_pool.labels, new),
+            test=test, test_new_mask=np.isin(test.labels, new_ids),
+        )
+        self.results["split_info"].setdefault(str(s), {}).update(
+            n_test_evaluated=len(data.test), n_dev_old_used=len(data.dev_old), n_dev_new_used=len(data.dev_new))
         if "logreg" in plan.models:
             _check_frozen_items(feats.train)
+        self._split_data[s] = data
+        return data
 
-        models_here = list(dict.fromkeys(c[0] for c in cells))
-        for model_name in models_here:
-            model_cells = [c for c in cells if c[0] == model_name]
-            pretrained = None
-            if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in model_cells):
-                pretrained = self._pretrained(s, split_seed, model_name, enc0, pretrain, dev_old, bar, costs)
-            cache: dict[str, Any] = {}
-            for _, variant, n_fine, _ in model_cells:
-                bar.set_postfix_str(f"split {s} {model_name} {variant} n_fine={n_fine}")
-                idx, short = split.finetune_indices(n_fine)
-                # finetune_indices are positions in the fine-tuning pool, as are pool's rows
-                fine = pool.take(idx)
-                t0 = time.perf_counter()
-                row = self._cell(model_name, variant, n_fine, s, split_seed, enc0, pretrained, fine, dev_new, test,
-                                 test_new_mask, cache)
-                row.update(
-                    model=model_name, variant=variant, n_fine=n_fine, split=s, seed=split_seed,
-                    n_train=len(fine), shortfall=short, n_test=len(test), n_test_new=int(test_new_mask.sum()),
-                    cell_seconds=time.perf_counter() - t0, finished=_now(),
-                )
-                self.results["rows"].append(_ordered(row))
-                self._save()
-                bar.update(costs.get((model_name, variant, n_fine), 0.0))
-                acc_new = "n/a" if row["acc_new"] is None else f"{row['acc_new']:.3f}"
-                self.log(f"  split {s} {model_name:6s} {variant:10s} n_fine={n_fine:<4d} acc_all={row['acc_all']:.3f} "
-                         f"acc_new={acc_new} ({row['train_seconds']:.0f}s train)")
+    def run_unit(self, unit: Unit, report: Callable[[tuple, int, bool], None] | None = None) -> None:
+        """Pretrain `unit.model` on its split (or load its checkpoint), then run and save its cells.
 
-    def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old, bar, costs):
+        `report(stage, n, finished)` hears of the work for the ETA: `n` sequences through the encoder in
+        `stage` (``(split, "pretrain", model)`` or ``(split, model, variant, n_fine)``), and each stage's end.
+        """
+        report = report or (lambda stage, n, finished: None)
+        s, model_name = unit.split, unit.model
+        d = self._data(s)
+        pretrained = None
+        if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+            stage = (s, "pretrain", model_name)
+            self._on_work = lambda n: report(stage, n, False)
+            pretrained = self._pretrained(s, d.seed, model_name, d.enc0, d.pretrain, d.dev_old)
+            report(stage, 0, True)
+        cache: dict[str, Any] = {}
+        for _, variant, n_fine, _ in unit.cells:
+            stage = (s, model_name, variant, n_fine)
+            self._on_work = lambda n: report(stage, n, False)
+            idx, short = d.split.finetune_indices(n_fine)
+            # finetune_indices are positions in the fine-tuning pool, as are pool's rows
+            fine = d.pool.take(idx)
+            t0 = time.perf_counter()
+            row = self._cell(model_name, variant, n_fine, s, d.seed, d.enc0, pretrained, fine, d.dev_new, d.test,
+                             d.test_new_mask, cache)
+            row.update(
+                model=model_name, variant=variant, n_fine=n_fine, split=s, seed=d.seed,
+                n_train=len(fine), shortfall=short, n_test=len(d.test), n_test_new=int(d.test_new_mask.sum()),
+                cell_seconds=time.perf_counter() - t0, finished=_now(),
+            )
+            self.results["rows"].append(_ordered(row))
+            self._save()
+            report(stage, len(d.test) + (len(fine) if variant == "un-tuned" else 0), True)
+            acc_new = "n/a" if row["acc_new"] is None else f"{row['acc_new']:.3f}"
+            self.log(f"  split {s} {model_name:6s} {variant:10s} n_fine={n_fine:<4d} acc_all={row['acc_all']:.3f} "
+                     f"acc_new={acc_new} ({row['train_seconds']:.0f}s train)")
+        self._on_work = None
+
+    def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old):
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
         model = build_model(model_name, copy.deepcopy(enc0), len(pretrain.classes))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
@@ -725,7 +778,6 @@ class ProtocolRun:
         if info is not None and info.get("fingerprint") == self.plan.fingerprint():
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
-            bar.set_postfix_str(f"split {s} {model_name} pretraining")
             cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"))
             if model_name == "mlp":
                 result = train_supervised(model, pretrain, dev_old, cfg)
@@ -737,7 +789,6 @@ class ProtocolRun:
             self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
                      f"in {result.seconds:.0f}s, best dev_old acc {result.best_dev_acc:.3f}")
         self.results["pretraining"].setdefault(str(s), {})[model_name] = {k: v for k, v in info.items() if k != "fingerprint"}
-        bar.update(costs.get(("pretrain", model_name), 0.0))
         return model.to(self.plan.device).eval()
 
     def _cell(self, model_name, variant, n_fine, s, split_seed, enc0, pretrained, fine: Encoded, dev_new: Encoded,
@@ -836,48 +887,7 @@ def _logreg_predict(fine: Encoded, test: Encoded, seed: int) -> np.ndarray:
     return clf.predict(x_test)
 
 
-def reproduce(
-    dataset: str | Dataset,
-    profile: str | Profile = "quick",
-    out: str | Path = "runs/reproduce",
-    *,
-    splits: int | None = None,
-    n_fine: str | tuple[int, ...] | None = None,
-    models: str | tuple[str, ...] | None = None,
-    variants: str | tuple[str, ...] | None = None,
-    encoder: str = "sru",
-    p: float | None = None,
-    seed: int = 0,
-    device: str = "cpu",
-    settings: dict[str, str] | None = None,
-    data_dir: str | Path | None = None,
-    force: bool = False,
-    progress: bool = True,
-    threads: int | None = None,
-    log: Callable[[str], None] | None = None,
-) -> dict:
-    """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
-
-    `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `threads` sets
-    ``torch.set_num_threads`` (the SRU's matrices are small: one thread is usually fastest on CPU, and
-    several threads are much slower on a busy machine).
-    """
-    if threads is not None:
-        if threads < 1:
-            raise DyntcError(f"--threads must be >= 1, got {threads}")
-        torch.set_num_threads(threads)
-    name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
-    plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                     p=p, seed=seed, device=device, settings=settings)
-    if not isinstance(dataset, Dataset):
-        from dyntc.data.datasets import load
-
-        dataset = load(name, data_dir, seed=seed)
-    run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
-    return run.run()
-
-
 __all__ = [
-    "PAPER", "PROFILES", "QUICK", "TINY", "Profile", "ProtocolRun", "RunPlan", "accuracies", "cell_key",
-    "derive_seed", "get_profile", "make_plan", "override", "reproduce",
+    "PAPER", "PROFILES", "QUICK", "TINY", "Profile", "ProtocolRun", "RunPlan", "SplitData", "Unit", "accuracies",
+    "cell_key", "derive_seed", "get_profile", "make_plan", "merge_results", "override",
 ]

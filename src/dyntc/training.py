@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     progress: bool = True
+    on_work: Callable[[int], None] | None = None  # told the sequences of each episode / batch (a run's ETA)
 
     def __post_init__(self) -> None:
         for name in ("max_episodes", "max_epochs", "batch_size", "eval_every", "patience"):
@@ -263,6 +264,8 @@ def train_prototypical(
         loss.backward()
         optimizer.step()
         running.append(loss.item())
+        if cfg.on_work is not None:
+            cfg.on_work(len(ep.support) + len(ep.query))
         out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
         if dev is not None and (step % cfg.eval_every == 0 or step == cfg.max_episodes or out_of_time):
             acc = prototypical_accuracy(model, dev_support, dev)
@@ -305,6 +308,8 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
             optimizer.step()
             losses.append(loss.item())
             step += 1
+            if cfg.on_work is not None:
+                cfg.on_work(len(idx))
             bar.update()
         out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
         if dev is not None:

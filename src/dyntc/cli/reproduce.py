@@ -38,7 +38,8 @@ def reproduce(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a profile field, e.g. --set pretrain_episodes=2000 (repeatable)")] = None,
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda" if torch.cuda.is_available() else "cpu",
     data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
-    threads: Annotated[int, typer.Option(help="CPU threads for torch (1 is usually fastest for the SRU's small matrices)")] = 1,
+    threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,
+    jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
 ) -> None:
@@ -46,12 +47,13 @@ def reproduce(
 
     Rerunning with the same --out skips finished (model, variant, n_fine, split) cells.
     """
-    from dyntc.protocol import reproduce as run
+    from dyntc.runner import reproduce as run
 
     target = out or Path(f"runs/reproduce-{dataset}-{profile}")
     results = run(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
         p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, progress=progress, threads=threads,
+        jobs=jobs,
         log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )
     n = len(results["rows"])

@@ -1,0 +1,330 @@
+"""Runs a protocol's work units, in this process or in ``--jobs N`` worker processes, with an honest ETA.
+
+A unit is one (split, model): the model's pretraining on that split, then its (variant, n_fine) cells
+(:class:`dyntc.protocol.Unit`). Units share nothing but the featurized texts and take every seed from
+``derive_seed``, so they run in any order with the same results. With ``jobs > 1`` each unit runs in
+a spawned worker process with one torch thread (the SRU's small matrices gain little from more), the
+longest units first; each worker featurizes the texts itself (the same vocabulary, the same ids) and
+merges every finished cell into ``results.json`` under a file lock. The parent only plans, shows
+progress and writes the tables.
+
+The ETA counts sequences through the encoder. Planned work is an upper bound: every stage at its
+full episode / epoch budget. Measured throughput is real sequences per second of wall time. Early
+stopping usually ends a stage well before its budget, so besides the upper bound the ETA gives an
+estimate scaled by the fraction of the budget that finished stages actually used.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queue_mod
+import time
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from dyntc.data.types import Dataset
+from dyntc.errors import DyntcError, is_int
+from dyntc.protocol import ProtocolRun, RunPlan, Unit, make_plan
+
+# ---- planned work (upper bounds) -----------------------------------------------------------------
+
+
+def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
+    """Planned sequences through the encoder of each stage of `unit` (full budgets: an upper bound).
+
+    Keys are the stages that ``ProtocolRun.run_unit`` reports: ``(split, "pretrain", model)`` and
+    ``(split, model, variant, n_fine)``.
+    """
+    hp, split = run.hp, run.split(unit.split)
+    s, model = unit.split, unit.model
+    n_new, n_test = len(split.new_labels), len(split.test)
+    if hp["test_per_class"] is not None:  # tiny: the test set is capped per class
+        n_test = min(n_test, hp["test_per_class"] * n_new)
+
+    def cost(stage: str, n_train: int, n_classes: int) -> float:
+        pre = stage == "pretrain"
+        if model == "logreg":
+            return 1.0
+        if stage == "un-tuned":
+            return float(n_train)
+        if model == "mlp":
+            epochs = hp["pretrain_epochs" if pre else "finetune_epochs"]
+            floor = 0 if pre else hp["finetune_min_steps"] * min(n_train, hp["batch_size"])
+            return float(max(epochs * n_train, floor))
+        episodes = hp["pretrain_episodes" if pre else "finetune_episodes"]
+        return float(episodes * (min(n_classes, hp["max_classes"]) * hp["n_support"] + hp["n_query"]))
+
+    costs: dict[tuple, float] = {}
+    if model != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+        costs[(s, "pretrain", model)] = cost("pretrain", len(split.pretrain), len(split.old_labels))
+    for _, variant, n_fine, _ in unit.cells:
+        n_train = n_fine * n_new
+        costs[(s, model, variant, n_fine)] = cost(variant if variant == "un-tuned" else "finetune", n_train, n_new) + n_test
+    return costs
+
+
+# ---- progress and ETA ----------------------------------------------------------------------------
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Planned work per stage, work actually done, and the ETA from measured throughput."""
+
+    def __init__(self, costs: dict[str, dict[tuple, float]], jobs: int, show: bool, log: Callable[[str], None]):
+        """`costs`: planned work per stage of each unit (:func:`stage_costs`)."""
+        self.jobs, self.log = jobs, log
+        self.costs = {stage: c for stages in costs.values() for stage, c in stages.items()}
+        self.units = {name: set(stages) for name, stages in costs.items()}  # units not finished yet
+        self.planned = sum(self.costs.values())
+        self.done_stages: set[tuple] = set()
+        self.actual: dict[tuple, float] = {}  # real sequences per stage
+        self.used: list[tuple[float, float]] = []  # (actual, planned) of finished training stages
+        self.start = time.perf_counter()
+        self._announced = False
+        self._last_postfix = 0.0
+        self.bar = tqdm(total=self.planned, desc="reproduce", unit="seq", unit_scale=True, disable=not show or self.planned == 0,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}")
+
+    def credited(self, stages=None) -> float:
+        """Planned work accounted for (of `stages`, default all): finished stages in full, running ones
+        by what they did."""
+        stages = self.costs.keys() if stages is None else stages
+        return sum(self.costs[k] if k in self.done_stages else min(self.actual.get(k, 0.0), self.costs[k]) for k in stages)
+
+    def report(self, stage: tuple, n: float, finished: bool) -> None:
+        if stage in self.done_stages:
+            return
+        before = self.credited()
+        self.actual[stage] = self.actual.get(stage, 0.0) + n
+        if finished:
+            self.done_stages.add(stage)
+            if self.costs.get(stage, 0.0) > 0:
+                self.used.append((self.actual[stage], self.costs[stage]))
+            if not self._announced and self.rate() > 0 and time.perf_counter() - self.start > 10:
+                self._announced = True
+                self.log(f"measured {self.rate():.0f} sequences/s; estimated total wall {self.eta_text(total=True)}")
+        self.bar.update(self.credited() - before)
+        if time.perf_counter() - self._last_postfix > 1.0 or finished:
+            self._last_postfix = time.perf_counter()
+            self.bar.set_postfix_str(self.eta_text(), refresh=False)
+
+    def rate(self) -> float:
+        elapsed = time.perf_counter() - self.start
+        return sum(self.actual.values()) / elapsed if elapsed > 0 else 0.0
+
+    def eta_text(self, total: bool = False) -> str:
+        """``ETA <= upper (~expected)``: remaining planned work over measured throughput; the expected
+        figure scales the remaining budget by the share of it that finished stages used (early stopping).
+        With several workers a lone long unit at the end cannot go faster than one worker's rate."""
+        rate = self.rate()
+        elapsed = time.perf_counter() - self.start
+        if rate <= 0 or (not self.done_stages and elapsed < 30):
+            return "ETA: measuring"
+        remaining = max(self.planned - self.credited(), 0.0)
+        parallel = max(1, min(self.jobs, len(self.units)))
+        longest = max((sum(self.costs[k] for k in st) - self.credited(st) for st in self.units.values()), default=0.0)
+        upper = max(remaining / rate, longest / (rate / parallel))
+        used = sum(a for a, _ in self.used) / sum(p for _, p in self.used) if self.used else None
+        expected = None if used is None else max(remaining * used / rate, longest * used / (rate / parallel))
+        if total:
+            text = f"<= {_hms(elapsed + upper)} (no early stopping)"
+            return text + (f", ~{_hms(elapsed + expected)} if stages stop as early as so far" if expected is not None else "")
+        return f"ETA <= {_hms(upper)}" + (f" (~{_hms(expected)} with early stopping as so far)" if expected is not None else "")
+
+    def unit_done(self, unit: Unit, seconds: float, cpu: float, n_done: int, n_units: int) -> None:
+        """`cpu`: the unit's CPU seconds in its process (on a busy machine well below `seconds`)."""
+        self.units.pop(unit.name, None)
+        self.log(f"[{n_done}/{n_units} units] {unit.name} done in {_hms(seconds)} wall, {_hms(cpu)} CPU ({len(unit.cells)} cells); "
+                 f"elapsed {_hms(time.perf_counter() - self.start)}, {self.eta_text()}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# ---- running the units ---------------------------------------------------------------------------
+
+
+def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1) -> dict:
+    """Run every unit of `run` still to do (in `jobs` processes), then write results and report."""
+    t_run = time.perf_counter()
+    run.results["jobs"] = jobs
+    units = run.prepare()
+    if not units:
+        return run.finish(time.perf_counter() - t_run)
+    costs = {u.name: stage_costs(run, u) for u in units}
+    totals = {name: sum(c.values()) for name, c in costs.items()}
+    workers = min(jobs, len(units))
+    run.log(f"{len(units)} work units (split x model), {workers} process(es); planned work at most {sum(totals.values()) / 1e6:.2f}M "
+            f"sequences through the encoder (full budgets, no early stopping); the ETA follows once throughput is measured")
+    progress = Progress(costs, workers, run.progress, run.log)
+    try:
+        if workers == 1:
+            for i, unit in enumerate(units, 1):
+                t0, c0 = time.perf_counter(), time.process_time()
+                progress.bar.set_description_str(f"reproduce ({unit.name})")
+                run.run_unit(unit, progress.report)
+                progress.unit_done(unit, time.perf_counter() - t0, time.process_time() - c0, i, len(units))
+                run.write_report()
+        else:
+            # the longest units first, so that no long one is left alone at the end
+            _run_parallel(run, sorted(units, key=lambda u: -totals[u.name]), workers, threads, progress)
+    finally:
+        progress.close()
+    return run.finish(time.perf_counter() - t_run)
+
+
+def _worker_main(plan: RunPlan, out: str, threads: int, setup, tasks, messages) -> None:
+    """A worker process: its dataset from `setup`, then units from `tasks` until a None, each run and
+    reported to the parent on `messages`."""
+    torch.set_num_threads(threads)  # before any heavy work; the SRU kernels use as many Python threads
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process
+        pass
+    who = mp.current_process().name
+    data = setup.get()
+    run = ProtocolRun(data, plan, Path(out), progress=False, worker=True, log=lambda msg: messages.put(("log", f"[{who}] {msg}")))
+    while (unit := tasks.get()) is not None:
+        messages.put(("start", unit.name, who))
+        pending: dict[tuple, float] = {}
+        last = time.perf_counter()
+
+        def report(stage: tuple, n: int, finished: bool) -> None:  # batched: at most every half second
+            nonlocal last
+            pending[stage] = pending.get(stage, 0.0) + n
+            if finished or time.perf_counter() - last > 0.5:
+                for key, value in pending.items():
+                    messages.put(("work", key, value, finished and key == stage))
+                pending.clear()
+                last = time.perf_counter()
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            run.run_unit(unit, report)
+        except BaseException as exc:  # noqa: BLE001 - every failure goes to the parent, named
+            messages.put(("error", unit.name, isinstance(exc, DyntcError), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            return
+        messages.put(("done", unit.name, time.perf_counter() - t0, time.process_time() - c0))
+
+
+def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, progress: Progress) -> None:
+    """`units` in `jobs` spawned processes (fork would copy torch's thread pools and locks mid-use).
+
+    Plain processes and queues rather than a Pool: a worker killed outright (out of memory) is seen
+    here and named, where a Pool would wait for its result forever."""
+    ctx = mp.get_context("spawn")
+    setup, tasks, messages = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    # The dataset goes through a queue, not the process arguments: spawn writes those into a pipe and
+    # waits while the child imports torch (and forever if the child is killed meanwhile).
+    for _ in range(jobs):
+        setup.put(run.data)
+    for unit in units:
+        tasks.put(unit)
+    for _ in range(jobs):
+        tasks.put(None)
+    procs = [ctx.Process(target=_worker_main, name=f"worker {i + 1}", daemon=True,
+                         args=(run.plan, str(run.out), threads, setup, tasks, messages)) for i in range(jobs)]
+    by_name = {u.name: u for u in units}
+    running: dict[str, str] = {}  # worker -> unit
+    n_done = 0
+    try:
+        for p in procs:
+            p.start()
+        while n_done < len(units):
+            try:
+                item = messages.get(timeout=0.5)
+            except queue_mod.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    p = dead[0]
+                    unit = running.get(p.name, "no unit yet")
+                    raise RuntimeError(f"{p.name} died (exit code {p.exitcode}; a negative code is a signal, -9 often means "
+                                       f"out of memory) while running {unit}; finished cells are kept in {run.results_path}: "
+                                       f"rerun to resume")
+                if all(p.exitcode is not None for p in procs):
+                    raise RuntimeError(f"every worker exited with {len(units) - n_done} unit(s) not done")
+                continue
+            kind = item[0]
+            if kind == "log":
+                run.log(item[1])
+            elif kind == "work":
+                progress.report(item[1], item[2], item[3])
+            elif kind == "start":
+                running[item[2]] = item[1]
+            elif kind == "error":
+                _, name, user_error, message, tb = item
+                if user_error:
+                    raise DyntcError(f"{name}: {message.split(': ', 1)[-1]}")
+                raise RuntimeError(f"work unit {name} failed in its worker process: {message} (finished cells are kept "
+                                   f"in {run.results_path}; rerun to resume)\n\nWorker traceback:\n{tb}")
+            elif kind == "done":
+                n_done += 1
+                progress.unit_done(by_name[item[1]], item[2], item[3], n_done, len(units))
+                run._save()  # fetch the workers' rows for the tables
+                run.write_report()
+        for p in procs:
+            p.join(timeout=30)
+    finally:
+        for p in procs:  # on an error or Ctrl-C: stop the other units now (their finished cells are saved)
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            p.join(timeout=10)
+
+
+def reproduce(
+    dataset: str | Dataset,
+    profile: str = "quick",
+    out: str | Path = "runs/reproduce",
+    *,
+    splits: int | None = None,
+    n_fine: str | tuple[int, ...] | None = None,
+    models: str | tuple[str, ...] | None = None,
+    variants: str | tuple[str, ...] | None = None,
+    encoder: str = "sru",
+    p: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    settings: dict[str, str] | None = None,
+    data_dir: str | Path | None = None,
+    force: bool = False,
+    progress: bool = True,
+    threads: int | None = None,
+    jobs: int = 1,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
+
+    `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
+    run at once, each in its own process (1: in this process). `threads` sets ``torch.set_num_threads``
+    in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
+    threads are much slower on a busy machine).
+    """
+    if not is_int(jobs) or jobs < 1:
+        raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
+    if threads is not None and threads < 1:
+        raise DyntcError(f"--threads must be >= 1, got {threads}")
+    if jobs > 1 and device != "cpu":
+        raise DyntcError(f"--jobs {jobs} runs several processes on the CPU; with --device {device} use --jobs 1")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
+    plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
+                     p=p, seed=seed, device=device, settings=settings)
+    if not isinstance(dataset, Dataset):
+        from dyntc.data.datasets import load
+
+        dataset = load(name, data_dir, seed=seed)
+    run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
+    return execute(run, jobs, threads or 1)
+
+
+__all__ = ["Progress", "execute", "reproduce", "stage_costs"]
