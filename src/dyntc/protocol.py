@@ -120,7 +120,27 @@ class Profile:
     test_per_class: int | None = None  # None = the full test set (always, except in `tiny`)
     knn_k: int = 5  # MLP-KNN
     stage_time_budget_s: float | None = None  # optional cap on any single training stage
+    # EUC/HYP options (dyntc.models.PrototypicalNetwork): logits -logit_scale * d² (learnt from that
+    # start when learn_scale), encoder output's norm soft-clipped below max_norm before the lift
+    logit_scale: float = 1.0
+    learn_scale: bool = False
+    max_norm: float | None = None
+    # per dataset, per model: overrides of lr, dropout and the options above, e.g.
+    # {"*": {"hyp": {"learn_scale": True}}}; `dyntc reproduce --tune` writes its choice here
+    per_model: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {"*": {}})
     description: str = ""
+
+    def __post_init__(self) -> None:
+        from dyntc.tuning import TUNABLE
+
+        for dataset, models in self.per_model.items():
+            for model, values in (models or {}).items():
+                if model not in ALL_MODELS:
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}] names unknown model {model!r}")
+                bad = sorted(set(values) - set(TUNABLE))
+                if bad:
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {bad}; "
+                                     f"settable per model: {', '.join(TUNABLE)}")
 
     def for_dataset(self, dataset: str) -> dict[str, Any]:
         """The profile with per-dataset values resolved, as a JSON-able dict."""
@@ -545,12 +565,13 @@ class ProtocolRun:
 
     # ---- encoder and features -----------------------------------------------------------------
 
-    def _fresh_encoder(self, split_seed: int):
+    def _fresh_encoder(self, split_seed: int, dropout: float | None = None):
         from dyntc.encoders import create_encoder
 
         hp = self.hp
         if self.plan.encoder == "sru":
-            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=hp["dropout"], max_len=hp["max_len"])
+            dropout = hp["dropout"] if dropout is None else dropout
+            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"])
         else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
             options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
@@ -573,10 +594,50 @@ class ProtocolRun:
                      f"in {time.perf_counter() - t0:.1f}s")
         return self._featurized
 
+    # ---- per-model settings (tuning hook) ----------------------------------------------------------
+
+    def model_hp(self, model: str) -> dict[str, Any]:
+        """The resolved profile with `model`'s ``per_model`` overrides (lr, dropout, prototype options)."""
+        return {**self.hp, **((self.hp.get("per_model") or {}).get(model) or {})}
+
+    def model_options(self, model: str) -> dict[str, Any]:
+        """Keyword options of :func:`dyntc.models.build_model` for `model` (none for the MLP)."""
+        if model not in METRIC_MODELS:
+            return {}
+        hp = self.model_hp(model)
+        return {k: hp[k] for k in ("logit_scale", "learn_scale", "max_norm")}
+
+    def _encoder_for(self, model: str, enc0, split_seed: int):
+        """A copy of the split's encoder, or a fresh one (same seed) where `model` has its own dropout."""
+        dropout = self.model_hp(model)["dropout"]
+        if self.plan.encoder != "sru" or dropout == self.hp["dropout"]:
+            return copy.deepcopy(enc0)
+        return self._fresh_encoder(split_seed, dropout=dropout)
+
+    def pretrain_dev_score(self, model_name: str, split: int = 0) -> tuple[float | None, dict]:
+        """Pretrain `model_name` on split `split` as the run would and return its best ``dev_old``
+        accuracy (what :func:`dyntc.tuning.tune` selects on). Sees the pretraining pool and dev only."""
+        split_seed = self.plan.seed + split
+        data_split = make_split(self.data, split_seed, self.hp["p"])
+        enc0 = self._fresh_encoder(split_seed)
+        feats = self._features(enc0)
+        old = data_split.old_labels
+        pretrain = feats.encoded("train", data_split.pretrain_idx, data_split.pretrain.labels, old)
+        dev_old = feats.encoded("dev", data_split.dev_old_idx, data_split.dev_old.labels, old).per_class(
+            self.hp["dev_per_class"], derive_seed(self.plan.seed, split, "dev"))
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
+        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(old),
+                            **self.model_options(model_name))
+        cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
+        train = train_supervised if model_name == "mlp" else train_prototypical
+        result = train(model, pretrain, dev_old, cfg)
+        return result.best_dev_acc, {"steps": result.steps, "stopped_early": result.stopped_early}
+
     # ---- training configs -----------------------------------------------------------------------
 
-    def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None) -> TrainConfig:
-        hp = self.hp
+    def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None,
+             model: str | None = None) -> TrainConfig:
+        hp = self.model_hp(model) if model else self.hp
         pre = stage == "pretrain"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
@@ -719,14 +780,15 @@ class ProtocolRun:
 
     def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old, bar, costs):
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, copy.deepcopy(enc0), len(pretrain.classes))
+        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(pretrain.classes),
+                            **self.model_options(model_name))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
         if info is not None and info.get("fingerprint") == self.plan.fingerprint():
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
             bar.set_postfix_str(f"split {s} {model_name} pretraining")
-            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"))
+            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
             if model_name == "mlp":
                 result = train_supervised(model, pretrain, dev_old, cfg)
             else:
@@ -771,12 +833,13 @@ class ProtocolRun:
             model = copy.deepcopy(pretrained)
         else:
             torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
-            model = build_model(model_name, copy.deepcopy(enc0), n_classes)
+            model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), n_classes,
+                                **self.model_options(model_name))
         torch.manual_seed(seed)
         if model_name == "mlp":
             if variant == "fine-tuned":
                 model.replace_head(n_classes)
-            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine)))
+            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine), model=model_name))
             logits = embed(model, model.encoder, test.items)
             pred = logits.argmax(1).cpu().numpy()
         else:
@@ -788,7 +851,7 @@ class ProtocolRun:
             else:
                 if n_support < hp["n_support"]:
                     info["n_support_used"] = n_support
-                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support))
+                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support, model=model_name))
             model.eval()
             pred = _proto_predict(model, embed_points(model, fine.items), fine.labels, n_classes, embed_points(model, test.items))
         info["train_seconds"] = result.seconds if result is not None else 0.0
@@ -855,12 +918,15 @@ def reproduce(
     progress: bool = True,
     threads: int | None = None,
     log: Callable[[str], None] | None = None,
+    tune: bool = False,
+    tune_grid: str | None = None,
 ) -> dict:
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
     `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `threads` sets
     ``torch.set_num_threads`` (the SRU's matrices are small: one thread is usually fastest on CPU, and
-    several threads are much slower on a busy machine).
+    several threads are much slower on a busy machine). `tune` first selects each model's settings on
+    the pretraining dev set (:func:`tune_profile`; grid `tune_grid`, see :func:`dyntc.tuning.parse_grid`).
     """
     if threads is not None:
         if threads < 1:
@@ -873,8 +939,60 @@ def reproduce(
         from dyntc.data.datasets import load
 
         dataset = load(name, data_dir, seed=seed)
+    tuning = None
+    if tune:
+        tuning = tune_profile(dataset, plan, Path(out), grid=tune_grid, log=log)
+        per_model = {**(plan.hp.get("per_model") or {})}
+        for model, entry in tuning.items():
+            per_model[model] = {**per_model.get(model, {}), **entry["chosen"]}
+        prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
+        plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
+                         p=p, seed=seed, device=device)
     run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
+    if tuning is not None:
+        run.results["tuning"] = tuning
     return run.run()
+
+
+def tune_profile(dataset: Dataset, plan: RunPlan, out: Path, *, grid: str | None = None,
+                 log: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Select each model's lr / dropout (and grid options) on split 0's ``dev_old``, as the paper tuned
+    them on a held-out validation set (:mod:`dyntc.tuning`). Cached in ``out/tuning.json`` (reused when
+    the plan and grid are the same). The test set plays no part: only pretraining runs are scored."""
+    from dyntc.tuning import parse_grid, tune
+
+    log = log or (lambda msg: tqdm.write(msg))
+    parsed = parse_grid(grid)
+    key = {"fingerprint": plan.fingerprint(), "grid": {m: {k: list(v) for k, v in parsed.for_model(m).items()}
+                                                       for m in plan.models if m != "logreg"}}
+    cache = Path(out) / "tuning.json"
+    if cache.is_file():
+        try:
+            saved = json.loads(cache.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            saved = None
+        if isinstance(saved, dict) and saved.get("key") == json.loads(json.dumps(key)):
+            log(f"tuning: reusing the choice in {cache}")
+            return saved["tuning"]
+    check_out_dir(Path(out))
+    scratch = Path(out) / "tuning-runs"
+    defaults_run = ProtocolRun(dataset, plan, scratch, force=True, progress=False, log=lambda m: None)
+
+    def defaults(model: str) -> dict:
+        return defaults_run.model_hp(model)
+
+    def score(model: str, candidate: dict) -> tuple[float | None, dict]:
+        per_model = {**(plan.hp.get("per_model") or {})}
+        per_model[model] = {**per_model.get(model, {}), **candidate}
+        prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
+        cand_plan = replace(plan, profile=prof, hp={**plan.hp, "per_model": per_model})
+        run = ProtocolRun(dataset, cand_plan, scratch, force=True, progress=False, log=lambda m: None)
+        return run.pretrain_dev_score(model, split=0)
+
+    result = tune([m for m in plan.models if m != "logreg"], parsed, defaults, score, log=log)
+    shutil.rmtree(scratch, ignore_errors=True)
+    write_json(cache, {"key": key, "tuning": result})
+    return result
 
 
 __all__ = [
