@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--monitor-per-class", type=int, default=50, help="train examples per class for the monitor's prototypes")
     ap.add_argument("--set", dest="settings", action="append", default=[], help="profile override FIELD=VALUE")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--save-model", type=Path, help="also save the pretrained model here (dyntc.checkpoint format)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -101,6 +102,10 @@ def main(argv: list[str] | None = None) -> None:
         result = train_prototypical(model, pretrain, dev_old, cfg, monitor=monitor)
         seconds = time.perf_counter() - t0
         model.eval()
+        if args.save_model:
+            from dyntc.checkpoint import save_model
+
+            save_model(args.save_model, model, meta={"classes": old, "split": args.split, "settings": args.settings})
         untuned = {}
         for n in plan.n_fine:
             idx, _ = split.finetune_indices(n)
@@ -147,7 +152,7 @@ def print_summary(r: dict) -> None:
             print(line)
             for name, grp in (("new", nw), ("old", od)):
                 pr = grp["prototype"]
-                rad = f" r {pr['radius']['mean']:.2f}" if hyp else ""
+                rad = f" r {pr['radius']['mean']:.2f} (queries r {grp['query']['radius']['mean']:.2f}, support r {grp['support']['radius']['mean']:.2f})" if hyp else ""
                 print(f"    {name} protos |h| {pr['h_norm']['mean']:.3g}{rad}; support spread d2 {grp['support_spread_d2'].get('mean', float('nan')):.3g}; "
                       f"own-group queries: nearest in-group d2 {grp['d2_nearest_in_group']['mean']:.3g}, "
                       f"nearest out-group d2 {grp['d2_nearest_out_group']['mean']:.3g}")

@@ -8,7 +8,8 @@ prototypes as the model does, and summarises what decides its predictions:
   distance to the origin ``r = arccosh(x0)``, of query points and of prototypes;
 - ``d2_own`` / ``d2_nearest_other`` / ``d2_all``: squared distances (the negative logits) from each
   query to its own class's prototype, to the nearest other prototype, and to all prototypes;
-- ``pred_rate`` / ``true_rate``: the share of queries predicted as / belonging to each class;
+- ``pred_rate`` / ``true_rate``: the share of queries predicted as / belonging to each class, and the
+  ``confusion`` matrix (rows: true class, columns: predicted);
 - with ``new_classes`` given, the same split into new and old classes (``*_new`` / ``*_old``).
 
 :func:`pretraining_monitor` turns it into a callback for :func:`dyntc.training.train_prototypical`, so
@@ -76,6 +77,7 @@ def geometry_stats(
     pred = d2.argmin(1)
     out: dict = {
         "acc": float((pred == labels).double().mean()),
+        "logit_scale": float(model.scale()),
         "query": _norm_stats(q_points.cpu(), hyperbolic),
         "prototype": _norm_stats(protos.cpu(), hyperbolic),
         "d2_own": _summary(own),
@@ -85,6 +87,9 @@ def geometry_stats(
         "margin": _summary(others.min(1).values - own),
         "pred_rate": np.bincount(pred.numpy(), minlength=n_classes).astype(float).tolist(),
         "true_rate": np.bincount(labels.numpy(), minlength=n_classes).astype(float).tolist(),
+        # confusion[i][j]: queries of class i predicted as j
+        "confusion": np.bincount(labels.numpy() * n_classes + pred.numpy(), minlength=n_classes * n_classes)
+        .reshape(n_classes, n_classes).tolist(),
     }
     out["pred_rate"] = [c / len(labels) for c in out["pred_rate"]]
     out["true_rate"] = [c / len(labels) for c in out["true_rate"]]
@@ -92,12 +97,13 @@ def geometry_stats(
         new = torch.zeros(n_classes, dtype=torch.bool)
         new[torch.as_tensor(list(new_classes), dtype=torch.long)] = True
         q_new = new[labels]
-        out["new"] = _split_stats(d2, labels, pred, q_new, new, protos.cpu(), s_points.cpu(), support, hyperbolic)
-        out["old"] = _split_stats(d2, labels, pred, ~q_new, ~new, protos.cpu(), s_points.cpu(), support, hyperbolic)
+        args = (d2, labels, pred, protos.cpu(), s_points.cpu(), q_points.cpu(), support, hyperbolic)
+        out["new"] = _split_stats(q_new, new, *args)
+        out["old"] = _split_stats(~q_new, ~new, *args)
     return out
 
 
-def _split_stats(d2, labels, pred, q_mask, class_mask, protos, s_points, support: Encoded, hyperbolic: bool) -> dict:
+def _split_stats(q_mask, class_mask, d2, labels, pred, protos, s_points, q_points, support: Encoded, hyperbolic: bool) -> dict:
     """Figures of one group of classes (new or old): their queries and their prototypes."""
     s_labels = torch.as_tensor(support.labels)
     in_group = class_mask[s_labels]
@@ -114,6 +120,8 @@ def _split_stats(d2, labels, pred, q_mask, class_mask, protos, s_points, support
         "pred_share": float(class_mask[pred].double().mean()),  # share of all queries predicted as one of these classes
         "true_share": float(q_mask.double().mean()),
         "prototype": _norm_stats(protos[class_mask], hyperbolic),
+        "query": _norm_stats(q_points[q_mask], hyperbolic),
+        "support": _norm_stats(s_points[in_group], hyperbolic),
         "support_spread_d2": _summary(spread),
         # for the queries of these classes: nearest prototype of the group vs of the other group
         "d2_nearest_in_group": _summary(nearest_in[q_mask]),
@@ -143,6 +151,7 @@ def pretraining_monitor(
         stats = geometry_stats(model, sup, query)
         stats["pred_max_share"] = max(stats.pop("pred_rate"))
         stats.pop("true_rate")
+        stats.pop("confusion")
         return {"geometry": stats}
 
     return monitor

@@ -125,6 +125,7 @@ class Profile:
     logit_scale: float = 1.0
     learn_scale: bool = False
     max_norm: float | None = None
+    differentiable_mean: bool = False  # HYP: backpropagate through the Fréchet mean (paper: detached)
     # per dataset, per model: overrides of lr, dropout and the options above, e.g.
     # {"*": {"hyp": {"learn_scale": True}}}; `dyntc reproduce --tune` writes its choice here
     per_model: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {"*": {}})
@@ -605,7 +606,7 @@ class ProtocolRun:
         if model not in METRIC_MODELS:
             return {}
         hp = self.model_hp(model)
-        return {k: hp[k] for k in ("logit_scale", "learn_scale", "max_norm")}
+        return {k: hp[k] for k in ("logit_scale", "learn_scale", "max_norm", "differentiable_mean")}
 
     def _encoder_for(self, model: str, enc0, split_seed: int):
         """A copy of the split's encoder, or a fresh one (same seed) where `model` has its own dropout."""
