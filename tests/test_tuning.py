@@ -49,6 +49,10 @@ def test_select_highest_dev_score_ties_to_the_first_and_none_loses():
     a, b, c = {"lr": 1}, {"lr": 2}, {"lr": 3}
     assert select([(a, 0.4), (b, 0.6), (c, 0.5)]) == (b, 0.6)
     assert select([(a, 0.6), (b, 0.6)]) == (a, 0.6)
+    # a tie keeps as many of the profile's values as possible (here: a dropout that changed nothing)
+    tied = [({"lr": 1e-2, "dropout": 0.3}, 0.6), ({"lr": 1e-2, "dropout": 0.5}, 0.6)]
+    assert select(tied, {"lr": 3e-3, "dropout": 0.5}) == ({"lr": 1e-2, "dropout": 0.5}, 0.6)
+    assert select(tied) == ({"lr": 1e-2, "dropout": 0.3}, 0.6)
     assert select([(a, None), (b, 0.1)]) == (b, 0.1)
     with pytest.raises(DyntcError, match="no tuning candidate has a dev score"):
         select([(a, None)])
@@ -144,3 +148,16 @@ def test_reproduce_with_tune_records_and_uses_the_choice(small_sent, tmp_path, m
     again = reproduce(small_sent, "tiny", tmp_path / "run", models="euc", variants="un-tuned", n_fine="5",
                       tune=True, tune_grid="lr=3e-3,3e-2", progress=False, log=lambda m: None)
     assert calls == [] and again["tuning"]["euc"]["chosen"] == chosen
+
+
+def test_per_model_settings_reach_the_models(small_sent, tmp_path):
+    """Profile defaults, per_model overrides and the MLP's lack of prototype options."""
+    prof = Profile("t", per_model={"*": {"hyp": {"lr": 0.5, "max_norm": 3.0}}})
+    plan = make_plan("sent", prof, models="euc,hyp", variants="un-tuned")
+    run = protocol.ProtocolRun(small_sent, plan, tmp_path / "r", progress=False, log=lambda m: None)
+    assert run.model_options("mlp") == {}
+    assert run.model_options("euc") == {"logit_scale": 1.0, "learn_scale": False, "max_norm": None,
+                                        "differentiable_mean": True}
+    assert run.model_options("hyp")["max_norm"] == 3.0
+    assert run.model_hp("hyp")["lr"] == 0.5 and run.model_hp("euc")["lr"] == prof.lr
+    assert run._cfg("pretrain", 0, model="hyp").lr == 0.5 and run._cfg("pretrain", 0, model="euc").lr == prof.lr

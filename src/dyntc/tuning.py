@@ -5,7 +5,7 @@ validation set." :func:`tune` does this for a protocol run: for each model, ever
 small grid (:func:`candidates`) is pretrained on the first label split's pretraining pool (``Y_old``)
 with the run's early stopping, and scored by its best accuracy on ``dev_old`` (the dev set relabelled
 to ``Y_old``). The candidate with the highest dev score wins; ties go to the candidate listed first
-(the profile's own values come first, so a tie keeps them). The test set is never loaded into the
+(ties go to the candidate closest to the profile's own values, then to the first listed). The test set is never loaded into the
 selection: :func:`select` sees only ``(candidate, dev score)`` pairs, and the pretraining runs see
 only the pretraining pool and ``dev_old``.
 
@@ -98,18 +98,24 @@ def candidates(space: Mapping[str, Sequence], defaults: Mapping[str, Any]) -> li
     return combos
 
 
-def select(scored: Sequence[tuple[dict, float | None]]) -> tuple[dict, float]:
-    """The candidate with the highest dev score (ties: the earliest). Candidates scored None (no dev
-    evaluation happened) lose to any scored one."""
+def select(scored: Sequence[tuple[dict, float | None]], defaults: Mapping[str, Any] | None = None) -> tuple[dict, float]:
+    """The candidate with the highest dev score. Ties go to the candidate with the most settings equal
+    to `defaults` (a setting that makes no difference keeps the profile's value), then to the earliest.
+    Candidates scored None (no dev evaluation happened) lose to any scored one."""
     if not scored:
         raise DyntcError("nothing to select: the tuning grid is empty")
+    defaults = defaults or {}
+
+    def same_as_default(cand: dict) -> int:
+        return sum(1 for k, v in cand.items() if k in defaults and defaults[k] == v)
+
     best_i, best = None, None
-    for i, (_, score) in enumerate(scored):
+    for i, (cand, score) in enumerate(scored):
         if score is None:
             continue
         if not is_number(score):
             raise DyntcError(f"dev score of candidate {i} is {score!r}, expected a number")
-        if best is None or score > best:
+        if best is None or score > best or (score == best and same_as_default(cand) > same_as_default(scored[best_i][0])):
             best_i, best = i, score
     if best_i is None:
         raise DyntcError("no tuning candidate has a dev score (was there a dev set?)")
@@ -134,13 +140,14 @@ def tune(
         space = grid.for_model(model)
         rows: list[dict] = []
         scored: list[tuple[dict, float | None]] = []
-        for cand in candidates(space, defaults(model)):
+        current = defaults(model)
+        for cand in candidates(space, current):
             t0 = time.perf_counter()
             score, info = pretrain_dev_score(model, cand)
             rows.append({"values": cand, "dev_acc": score, "seconds": time.perf_counter() - t0, **info})
             scored.append((cand, score))
             log(f"tune {model} {cand}: dev_old acc {score if score is None else round(score, 4)}")
-        chosen, best = select(scored)
+        chosen, best = select(scored, current)
         out[model] = {"chosen": chosen, "dev_acc": best, "selected_on": "dev_old (pretraining dev set, split 0)",
                       "candidates": rows}
         log(f"tune {model}: chose {chosen} (dev_old acc {best:.4f})")
