@@ -90,3 +90,62 @@ def test_episode_sampler_rejects_tiny_classes_and_bad_sizes():
         EpisodeSampler(labels, n_support=0)
     with pytest.raises(DyntcError, match="at least 2 classes"):
         EpisodeSampler(np.zeros(10, int))
+
+
+# ---- issue 11 options: logit scale, norm clip --------------------------------------------------------
+
+
+def test_soft_clip_norm_bounds_the_norm_keeps_direction_and_is_smooth_at_zero():
+    from dyntc.models import soft_clip_norm
+
+    h = torch.randn(200, 5, dtype=torch.float64) * torch.logspace(-6, 3, 200, dtype=torch.float64)[:, None]
+    out = soft_clip_norm(h, 4.0)
+    norms, out_norms = h.norm(dim=1), out.norm(dim=1)
+    assert (out_norms < 4.0 + 1e-12).all()
+    torch.testing.assert_close(out_norms, 4.0 * torch.tanh(norms / 4.0))
+    torch.testing.assert_close(out / out_norms[:, None], h / norms[:, None])  # same direction
+    small = norms < 1e-3
+    torch.testing.assert_close(out[small], h[small], rtol=1e-7, atol=0)  # ~identity near 0
+    x = torch.zeros(1, 5, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(soft_clip_norm(x, 4.0).sum(), x)
+    torch.testing.assert_close(g, torch.ones_like(g))  # derivative 1 at the origin, not NaN
+    for r in (1e-5, 0.3, 7.0):  # both branches of the series switch
+        pts = (torch.randn(3, 5, dtype=torch.float64) * r).requires_grad_()
+        assert torch.autograd.gradcheck(lambda p: soft_clip_norm(p, 4.0), (pts,))
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "hyperbolic"])
+def test_logit_scale_changes_the_loss_not_the_predictions(metric):
+    torch.manual_seed(0)
+    support, labels = torch.randn(12, 3), torch.arange(4).repeat(3)
+    queries = torch.randn(20, 3)
+    plain = PrototypicalNetwork(IdentityEncoder(), metric).eval()
+    scaled = PrototypicalNetwork(IdentityEncoder(), metric, logit_scale=0.25).eval()
+    p1 = plain.prototypes(plain.embed(x=support), labels, 4)
+    q1 = plain.embed(x=queries)
+    torch.testing.assert_close(scaled.logits(q1, p1), 0.25 * plain.logits(q1, p1))
+    assert torch.equal(scaled.logits(q1, p1).argmax(1), plain.logits(q1, p1).argmax(1))
+
+
+def test_learnt_scale_gets_a_gradient_and_max_norm_bounds_the_radius():
+    model = PrototypicalNetwork(IdentityEncoder(), "hyperbolic", learn_scale=True, logit_scale=2.0, max_norm=3.0)
+    assert model.scale().item() == pytest.approx(2.0)
+    assert [n for n, _ in model.named_parameters()] == ["log_scale"]
+    x = torch.randn(12, 3) * 100
+    points = model.embed(x=x)
+    assert (torch.acosh(points[:, 0]) <= np.arcsinh(3.0) + 1e-5).all()  # radius <= asinh(max_norm)
+    loss, _ = model.episode_loss({"x": x[:8]}, torch.arange(4).repeat(2), {"x": x[8:]}, torch.arange(4), 4)
+    loss.backward()
+    assert model.log_scale.grad is not None and model.log_scale.grad != 0
+    assert model.config()["learn_scale"] is True and model.config()["max_norm"] == 3.0
+    # without a learnt scale there is no parameter (older checkpoints keep loading strictly)
+    assert list(PrototypicalNetwork(IdentityEncoder(), "hyperbolic").state_dict()) == []
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"logit_scale": 0.0}, "logit_scale"), ({"logit_scale": "1"}, "logit_scale"),
+    ({"max_norm": -1.0}, "max_norm"), ({"learn_scale": 1}, "learn_scale"),
+])
+def test_option_validation(bad, msg):
+    with pytest.raises(DyntcError, match=msg):
+        PrototypicalNetwork(IdentityEncoder(), "hyperbolic", **bad)

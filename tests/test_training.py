@@ -80,10 +80,15 @@ def test_early_stopping_restores_best_weights(sent_encoded):
     assert prototypical_accuracy(model, train.per_class(20, seed=0), small_dev) == pytest.approx(best)
 
 
-@pytest.mark.parametrize("name", ["hyp", "mlp"])
-def test_save_load_round_trip(tmp_path, sent_encoded, name):
+@pytest.mark.parametrize("name, options", [("hyp", {}), ("mlp", {}),
+                                           ("hyp", {"learn_scale": True, "logit_scale": 0.5, "max_norm": 4.0})])
+def test_save_load_round_trip(tmp_path, sent_encoded, name, options):
     encoder, train, _, test, _ = sent_encoded
-    model = build_model(name, _fresh(encoder), len(train.classes)).eval()
+    model = build_model(name, _fresh(encoder), len(train.classes), **options).eval()
+    if options:
+        with torch.no_grad():
+            model.log_scale.fill_(0.7)  # a learnt value, not the initial one, must come back
+        assert model.config()["max_norm"] == 4.0
     save_model(tmp_path / "m", model, tensors={"marker": torch.arange(3)}, meta={"classes": train.classes})
     loaded, tensors, meta = load_model(tmp_path / "m")
     assert meta["classes"] == train.classes and tensors["marker"].tolist() == [0, 1, 2]
@@ -94,6 +99,9 @@ def test_save_load_round_trip(tmp_path, sent_encoded, name):
     else:
         support = train.per_class(10)
         torch.testing.assert_close(prototypical_predict(model, support, items)[1], prototypical_predict(loaded, support, items)[1])
+        assert loaded.config() == model.config()
+        if options:
+            assert loaded.scale().item() == pytest.approx(np.exp(0.7))
     assert not list(tmp_path.glob(".m.tmp-*")), "no temporary directory left behind"
 
 
@@ -181,3 +189,33 @@ def test_encoder_encode_batches_without_gradient_and_takes_an_empty_list(sent_en
     assert points.shape == (3, encoder.output_dim) and not points.requires_grad
     assert torch.allclose(points, encoder.encode(texts[::-1])[[2, 1, 0]], atol=1e-5)  # order kept across batches
     assert encoder.encode([]).shape == (0, encoder.output_dim)
+
+
+def test_monitor_records_geometry_without_changing_training(sent_encoded):
+    """The issue-11 diagnostics: recorded at step 0 and every evaluation, and training is unchanged."""
+    from dyntc.diagnostics import geometry_stats, pretraining_monitor
+
+    encoder, train, dev, _, _ = sent_encoded
+    small_dev = dev.per_class(10)
+    cfg = TrainConfig(max_episodes=20, eval_every=10, patience=100, eval_support_per_class=10, progress=False, lr=1e-2)
+    runs = []
+    for monitor in (None, pretraining_monitor(train, small_dev, per_class=10)):
+        torch.manual_seed(0)
+        model = build_model("hyp", _fresh(encoder), len(train.classes))
+        runs.append((model, train_prototypical(model, train, small_dev, cfg, monitor=monitor)))
+    (m0, plain), (m1, watched) = runs
+    assert [h["dev_acc"] for h in plain.history] == [h["dev_acc"] for h in watched.history[1:]]
+    for a, b in zip(m0.state_dict().values(), m1.state_dict().values()):
+        assert torch.equal(a, b)
+    assert watched.history[0]["step"] == 0 and [h["step"] for h in watched.history[1:]] == [10, 20]
+    g = watched.history[-1]["geometry"]
+    assert g["prototype"]["x0"]["mean"] >= 1.0 and g["query"]["h_norm"]["mean"] > 0
+    # the full stats: accuracy agrees with the library's, shares add up, new/old split is consistent
+    sup = train.per_class(10)
+    stats = geometry_stats(m1, sup, small_dev, new_classes=[0, 1])
+    assert stats["acc"] == pytest.approx(prototypical_accuracy(m1, sup, small_dev))
+    assert sum(stats["pred_rate"]) == pytest.approx(1.0) and sum(stats["true_rate"]) == pytest.approx(1.0)
+    assert stats["new"]["pred_share"] == pytest.approx(sum(stats["pred_rate"][:2]))
+    assert stats["new"]["true_share"] + stats["old"]["true_share"] == pytest.approx(1.0)
+    # margin > 0 exactly for correctly classified queries: its share is the accuracy (up to ties)
+    assert np.isfinite(stats["margin"]["p50"]) and stats["d2_own"]["mean"] > 0

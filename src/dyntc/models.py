@@ -8,13 +8,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
 from torch import nn
 
 from dyntc.encoders.base import TextEncoder
-from dyntc.errors import DyntcError
+from dyntc.errors import DyntcError, is_number
 from dyntc.geometry import euclidean, lorentz
 
 Metric = Literal["euclidean", "hyperbolic"]
@@ -45,6 +46,21 @@ def group_by_class(labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, 
     return index, mask
 
 
+def soft_clip_norm(h: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``h * R tanh(|h| / R) / |h|`` with ``R = max_norm``: the norm squashed smoothly below ``R``.
+
+    Close to the identity for ``|h| << R`` (derivative 1 at 0), direction kept, norm ``< R``. Before the
+    hyperbolic lift this bounds a point's distance to the origin by ``arcsinh(R)``. ``tanh(u)/u`` is taken
+    from its series near 0 so that ``h = 0`` has a finite value and gradient.
+    """
+    norm = h.norm(dim=-1, keepdim=True)
+    u = norm / max_norm
+    small = u < 1e-4
+    u_safe = torch.where(small, torch.ones_like(u), u)
+    ratio = torch.where(small, 1.0 - u.square() / 3.0, torch.tanh(u_safe) / u_safe)  # tanh(u) / u
+    return h * ratio
+
+
 class PrototypicalNetwork(nn.Module):
     """Nearest-prototype classifier in a learned Euclidean or hyperbolic space.
 
@@ -63,15 +79,31 @@ class PrototypicalNetwork(nn.Module):
         train_mean_iters: int = 5,
         eval_mean_iters: int = 100,
         differentiable_mean: bool = False,
+        logit_scale: float = 1.0,
+        learn_scale: bool = False,
+        max_norm: float | None = None,
     ):
         super().__init__()
         if metric not in METRICS:
             raise DyntcError(f"metric must be one of {METRICS}, got {metric!r}")
+        if not (is_number(logit_scale) and logit_scale > 0):
+            raise DyntcError(f"logit_scale must be a number > 0 (the logits are -logit_scale * d²), got {logit_scale!r}")
+        if max_norm is not None and not (is_number(max_norm) and max_norm > 0):
+            raise DyntcError(f"max_norm must be None (no clip) or a number > 0, got {max_norm!r}")
+        if not isinstance(learn_scale, bool):
+            raise DyntcError(f"learn_scale must be True or False, got {learn_scale!r}")
         self.encoder = encoder
         self.metric = metric
         self.train_mean_iters = train_mean_iters
         self.eval_mean_iters = eval_mean_iters
         self.differentiable_mean = differentiable_mean
+        self.logit_scale = float(logit_scale)  # the initial value when learnt
+        self.learn_scale = learn_scale
+        self.max_norm = None if max_norm is None else float(max_norm)
+        if learn_scale:
+            # learnt in log space (stays positive); a parameter only when learnt, so that checkpoints of
+            # models without it keep loading strictly
+            self.log_scale = nn.Parameter(torch.tensor(math.log(logit_scale)))
 
     def config(self) -> dict:
         return {
@@ -79,13 +111,22 @@ class PrototypicalNetwork(nn.Module):
             "train_mean_iters": self.train_mean_iters,
             "eval_mean_iters": self.eval_mean_iters,
             "differentiable_mean": self.differentiable_mean,
+            "logit_scale": self.logit_scale,
+            "learn_scale": self.learn_scale,
+            "max_norm": self.max_norm,
         }
+
+    def scale(self) -> torch.Tensor | float:
+        """The factor ``s`` of the logits ``-s d²`` (learnt or fixed)."""
+        return self.log_scale.exp() if self.learn_scale else self.logit_scale
 
     def embed(self, **batch: torch.Tensor) -> torch.Tensor:
         """Points in the metric space: ``(B, d)`` Euclidean or ``(B, d+1)`` on the hyperboloid."""
         return self.to_metric_space(self.encoder(**batch))
 
     def to_metric_space(self, h: torch.Tensor) -> torch.Tensor:
+        if self.max_norm is not None:
+            h = soft_clip_norm(h, self.max_norm)
         return lorentz.project(h) if self.metric == "hyperbolic" else h
 
     def prototypes(self, points: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:
@@ -104,8 +145,10 @@ class PrototypicalNetwork(nn.Module):
         return lorentz.sq_distance_matrix(queries, prototypes)
 
     def logits(self, queries: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
-        """``-d²(query, prototype)``: softmax over these is the model's class distribution."""
-        return -self.sq_distances(queries, prototypes)
+        """``-s d²(query, prototype)`` (``s = scale()``, 1 by default): softmax over these is the model's
+        class distribution. A positive ``s`` changes no prediction, only the loss's temperature."""
+        d2 = self.sq_distances(queries, prototypes)
+        return -d2 if not self.learn_scale and self.logit_scale == 1.0 else -self.scale() * d2
 
     def episode_loss(
         self,
@@ -179,10 +222,13 @@ class KNNProbe:
 MODEL_NAMES = {"euc": "euclidean", "hyp": "hyperbolic", "mlp": None}
 
 
-def build_model(name: str, encoder: TextEncoder, n_classes: int) -> PrototypicalNetwork | MLPClassifier:
-    """``"euc"`` / ``"hyp"`` -> :class:`PrototypicalNetwork`, ``"mlp"`` -> :class:`MLPClassifier`."""
+def build_model(name: str, encoder: TextEncoder, n_classes: int, **options) -> PrototypicalNetwork | MLPClassifier:
+    """``"euc"`` / ``"hyp"`` -> :class:`PrototypicalNetwork` (`options` are its keyword options, e.g.
+    ``logit_scale``), ``"mlp"`` -> :class:`MLPClassifier` (no options)."""
     if name not in MODEL_NAMES:
         raise DyntcError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")
     if name == "mlp":
+        if options:
+            raise DyntcError(f"the mlp model takes no options, got {sorted(options)}")
         return MLPClassifier(encoder, n_classes)
-    return PrototypicalNetwork(encoder, MODEL_NAMES[name])
+    return PrototypicalNetwork(encoder, MODEL_NAMES[name], **options)

@@ -120,7 +120,30 @@ class Profile:
     test_per_class: int | None = None  # None = the full test set (always, except in `tiny`)
     knn_k: int = 5  # MLP-KNN
     stage_time_budget_s: float | None = None  # optional cap on any single training stage
+    # EUC/HYP options (dyntc.models.PrototypicalNetwork): logits -logit_scale * d² (learnt from that
+    # start when learn_scale), encoder output's norm soft-clipped below max_norm before the lift
+    logit_scale: float = 1.0
+    learn_scale: bool = False
+    max_norm: float | None = None
+    # HYP: backpropagate through the Fréchet mean. The paper detached it; on SENT's dev sets the gradient
+    # through the mean wins clearly (docs/results.md §7), so it is the default of every profile
+    differentiable_mean: bool = True
+    # per dataset, per model: overrides of lr, dropout and the options above, e.g.
+    # {"*": {"hyp": {"learn_scale": True}}}; `dyntc reproduce --tune` writes its choice here
+    per_model: dict[str, dict[str, dict[str, Any]]] = field(default_factory=lambda: {"*": {}})
     description: str = ""
+
+    def __post_init__(self) -> None:
+        from dyntc.tuning import TUNABLE
+
+        for dataset, models in self.per_model.items():
+            for model, values in (models or {}).items():
+                if model not in ALL_MODELS:
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}] names unknown model {model!r}")
+                bad = sorted(set(values) - set(TUNABLE))
+                if bad:
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {bad}; "
+                                     f"settable per model: {', '.join(TUNABLE)}")
 
     def for_dataset(self, dataset: str) -> dict[str, Any]:
         """The profile with per-dataset values resolved, as a JSON-able dict."""
@@ -140,7 +163,8 @@ PAPER = Profile(
     description=(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
-        "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU."
+        "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
+        "One change from the paper: HYP backpropagates through the Fréchet mean (differentiable_mean; issue 11)."
     ),
 )
 
@@ -604,12 +628,13 @@ class ProtocolRun:
 
     # ---- encoder and features -----------------------------------------------------------------
 
-    def _fresh_encoder(self, split_seed: int):
+    def _fresh_encoder(self, split_seed: int, dropout: float | None = None):
         from dyntc.encoders import create_encoder
 
         hp = self.hp
         if self.plan.encoder == "sru":
-            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=hp["dropout"], max_len=hp["max_len"])
+            dropout = hp["dropout"] if dropout is None else dropout
+            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"])
         else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
             options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
@@ -632,10 +657,50 @@ class ProtocolRun:
                      f"in {time.perf_counter() - t0:.1f}s")
         return self._featurized
 
+    # ---- per-model settings (tuning hook) ----------------------------------------------------------
+
+    def model_hp(self, model: str) -> dict[str, Any]:
+        """The resolved profile with `model`'s ``per_model`` overrides (lr, dropout, prototype options)."""
+        return {**self.hp, **((self.hp.get("per_model") or {}).get(model) or {})}
+
+    def model_options(self, model: str) -> dict[str, Any]:
+        """Keyword options of :func:`dyntc.models.build_model` for `model` (none for the MLP)."""
+        if model not in METRIC_MODELS:
+            return {}
+        hp = self.model_hp(model)
+        return {k: hp[k] for k in ("logit_scale", "learn_scale", "max_norm", "differentiable_mean")}
+
+    def _encoder_for(self, model: str, enc0, split_seed: int):
+        """A copy of the split's encoder, or a fresh one (same seed) where `model` has its own dropout."""
+        dropout = self.model_hp(model)["dropout"]
+        if self.plan.encoder != "sru" or dropout == self.hp["dropout"]:
+            return copy.deepcopy(enc0)
+        return self._fresh_encoder(split_seed, dropout=dropout)
+
+    def pretrain_dev_score(self, model_name: str, split: int = 0) -> tuple[float | None, dict]:
+        """Pretrain `model_name` on split `split` as the run would and return its best ``dev_old``
+        accuracy (what :func:`dyntc.tuning.tune` selects on). Sees the pretraining pool and dev only."""
+        split_seed = self.plan.seed + split
+        data_split = make_split(self.data, split_seed, self.hp["p"])
+        enc0 = self._fresh_encoder(split_seed)
+        feats = self._features(enc0)
+        old = data_split.old_labels
+        pretrain = feats.encoded("train", data_split.pretrain_idx, data_split.pretrain.labels, old)
+        dev_old = feats.encoded("dev", data_split.dev_old_idx, data_split.dev_old.labels, old).per_class(
+            self.hp["dev_per_class"], derive_seed(self.plan.seed, split, "dev"))
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
+        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(old),
+                            **self.model_options(model_name))
+        cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
+        train = train_supervised if model_name == "mlp" else train_prototypical
+        result = train(model, pretrain, dev_old, cfg)
+        return result.best_dev_acc, {"steps": result.steps, "stopped_early": result.stopped_early}
+
     # ---- training configs -----------------------------------------------------------------------
 
-    def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None) -> TrainConfig:
-        hp = self.hp
+    def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None,
+             model: str | None = None) -> TrainConfig:
+        hp = self.model_hp(model) if model else self.hp
         pre = stage == "pretrain"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
@@ -772,13 +837,14 @@ class ProtocolRun:
 
     def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old):
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, copy.deepcopy(enc0), len(pretrain.classes))
+        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(pretrain.classes),
+                            **self.model_options(model_name))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
         if info is not None and info.get("fingerprint") == self.plan.fingerprint():
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
-            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"))
+            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
             if model_name == "mlp":
                 result = train_supervised(model, pretrain, dev_old, cfg)
             else:
@@ -822,12 +888,13 @@ class ProtocolRun:
             model = copy.deepcopy(pretrained)
         else:
             torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
-            model = build_model(model_name, copy.deepcopy(enc0), n_classes)
+            model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), n_classes,
+                                **self.model_options(model_name))
         torch.manual_seed(seed)
         if model_name == "mlp":
             if variant == "fine-tuned":
                 model.replace_head(n_classes)
-            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine)))
+            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine), model=model_name))
             logits = embed(model, model.encoder, test.items)
             pred = logits.argmax(1).cpu().numpy()
         else:
@@ -839,7 +906,7 @@ class ProtocolRun:
             else:
                 if n_support < hp["n_support"]:
                     info["n_support_used"] = n_support
-                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support))
+                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support, model=model_name))
             model.eval()
             pred = _proto_predict(model, embed_points(model, fine.items), fine.labels, n_classes, embed_points(model, test.items))
         info["train_seconds"] = result.seconds if result is not None else 0.0
@@ -885,6 +952,47 @@ def _logreg_predict(fine: Encoded, test: Encoded, seed: int) -> np.ndarray:
     clf = LogisticRegression(max_iter=2000, random_state=seed)
     clf.fit(x_train, fine.labels)
     return clf.predict(x_test)
+
+
+def tune_profile(dataset: Dataset, plan: RunPlan, out: Path, *, grid: str | None = None,
+                 log: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Select each model's lr / dropout (and grid options) on split 0's ``dev_old``, as the paper tuned
+    them on a held-out validation set (:mod:`dyntc.tuning`). Cached in ``out/tuning.json`` (reused when
+    the plan and grid are the same). The test set plays no part: only pretraining runs are scored."""
+    from dyntc.tuning import parse_grid, tune
+
+    log = log or (lambda msg: tqdm.write(msg))
+    parsed = parse_grid(grid)
+    key = {"fingerprint": plan.fingerprint(), "grid": {m: {k: list(v) for k, v in parsed.for_model(m).items()}
+                                                       for m in plan.models if m != "logreg"}}
+    cache = Path(out) / "tuning.json"
+    if cache.is_file():
+        try:
+            saved = json.loads(cache.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            saved = None
+        if isinstance(saved, dict) and saved.get("key") == json.loads(json.dumps(key)):
+            log(f"tuning: reusing the choice in {cache}")
+            return saved["tuning"]
+    check_out_dir(Path(out))
+    scratch = Path(out) / "tuning-runs"
+    defaults_run = ProtocolRun(dataset, plan, scratch, force=True, progress=False, log=lambda m: None)
+
+    def defaults(model: str) -> dict:
+        return defaults_run.model_hp(model)
+
+    def score(model: str, candidate: dict) -> tuple[float | None, dict]:
+        per_model = {**(plan.hp.get("per_model") or {})}
+        per_model[model] = {**per_model.get(model, {}), **candidate}
+        prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
+        cand_plan = replace(plan, profile=prof, hp={**plan.hp, "per_model": per_model})
+        run = ProtocolRun(dataset, cand_plan, scratch, force=True, progress=False, log=lambda m: None)
+        return run.pretrain_dev_score(model, split=0)
+
+    result = tune([m for m in plan.models if m != "logreg"], parsed, defaults, score, log=log)
+    shutil.rmtree(scratch, ignore_errors=True)
+    write_json(cache, {"key": key, "tuning": result})
+    return result
 
 
 __all__ = [

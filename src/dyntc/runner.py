@@ -20,6 +20,7 @@ import multiprocessing as mp
 import queue as queue_mod
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,7 +29,7 @@ from tqdm.auto import tqdm
 
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
-from dyntc.protocol import ProtocolRun, RunPlan, Unit, make_plan
+from dyntc.protocol import Profile, ProtocolRun, RunPlan, Unit, make_plan, tune_profile
 
 # ---- planned work (upper bounds) -----------------------------------------------------------------
 
@@ -282,7 +283,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
 
 def reproduce(
     dataset: str | Dataset,
-    profile: str = "quick",
+    profile: str | Profile = "quick",
     out: str | Path = "runs/reproduce",
     *,
     splits: int | None = None,
@@ -300,13 +301,17 @@ def reproduce(
     threads: int | None = None,
     jobs: int = 1,
     log: Callable[[str], None] | None = None,
+    tune: bool = False,
+    tune_grid: str | None = None,
 ) -> dict:
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
     `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
     run at once, each in its own process (1: in this process). `threads` sets ``torch.set_num_threads``
     in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
-    threads are much slower on a busy machine).
+    threads are much slower on a busy machine). `tune` first selects each model's settings on the
+    pretraining dev set (:func:`dyntc.protocol.tune_profile`; grid `tune_grid`, see
+    :func:`dyntc.tuning.parse_grid`).
     """
     if not is_int(jobs) or jobs < 1:
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
@@ -323,7 +328,18 @@ def reproduce(
         from dyntc.data.datasets import load
 
         dataset = load(name, data_dir, seed=seed)
+    tuning = None
+    if tune:
+        tuning = tune_profile(dataset, plan, Path(out), grid=tune_grid, log=log)
+        per_model = {**(plan.hp.get("per_model") or {})}
+        for model, entry in tuning.items():
+            per_model[model] = {**per_model.get(model, {}), **entry["chosen"]}
+        prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
+        plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
+                         p=p, seed=seed, device=device)
     run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
+    if tuning is not None:
+        run.results["tuning"] = tuning
     return execute(run, jobs, threads or 1)
 
 

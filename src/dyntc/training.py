@@ -12,7 +12,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -232,10 +232,15 @@ class _EarlyStopping:
 
 
 def train_prototypical(
-    model: PrototypicalNetwork, train: Encoded, dev: Encoded | None, cfg: TrainConfig
+    model: PrototypicalNetwork, train: Encoded, dev: Encoded | None, cfg: TrainConfig,
+    monitor: Callable[[PrototypicalNetwork], dict] | None = None,
 ) -> TrainResult:
     """Episodic training (Adam on cross-entropy over ``softmax(-d²)``), early stopping on dev accuracy
-    with prototypes built from the training set."""
+    with prototypes built from the training set.
+
+    `monitor(model)`, if given, is called before the first episode and at every dev evaluation; the
+    dict it returns is added to that step's history record (e.g. :func:`dyntc.diagnostics.pretraining_monitor`).
+    """
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
     model.to(device).train()
@@ -249,6 +254,8 @@ def train_prototypical(
     history: list[dict] = []
     start = time.perf_counter()
     stopped_early, step, running = False, 0, []
+    if monitor is not None:
+        history.append({"step": 0, **monitor(model)})
     bar = tqdm(range(1, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
     for step in bar:
         ep = sampler.sample()
@@ -270,6 +277,8 @@ def train_prototypical(
         if dev is not None and (step % cfg.eval_every == 0 or step == cfg.max_episodes or out_of_time):
             acc = prototypical_accuracy(model, dev_support, dev)
             history.append({"step": step, "loss": float(np.mean(running)), "dev_acc": acc})
+            if monitor is not None:
+                history[-1].update(monitor(model))
             running = []
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", dev=f"{acc:.3f}", best=f"{max(acc, stopper.best or 0):.3f}")
             if stopper.update(acc):

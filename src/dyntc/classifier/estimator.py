@@ -56,7 +56,7 @@ class DynamicClassifier:
     metric
         ``"euclidean"`` (default) or ``"hyperbolic"`` (hyperboloid model; prototypes are Fréchet
         means). The defaults are what won on held-out data in the CLINC150 scenario
-        (``examples/intent_scenario.py``, docs/results.md §10).
+        (``examples/intent_scenario.py``, docs/results.md §9).
     hidden_size, num_layers, dropout, max_len
         Encoder shape: output size, layers, dropout and tokens kept per text. ``None`` means the
         encoder's default (SRU: 4 layers, dropout 0.5; pretrained: a 1-layer head, dropout 0.1).

@@ -42,6 +42,10 @@ def reproduce(
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
+    tune: Annotated[bool, typer.Option(help="First select each model's lr and dropout on split 0's pretraining dev set "
+                                            "(the paper's per-model tuning); the choice goes into results.json")] = False,
+    tune_grid: Annotated[Optional[str], typer.Option(help="Grid for --tune, e.g. 'lr=1e-3,3e-3;dropout=0.3,0.5;hyp.learn_scale=0,1' "
+                                                          "(default: lr 1e-3,3e-3,1e-2 x dropout 0.3,0.5)")] = None,
 ) -> None:
     """Run (or resume) the dynamic classification protocol and write results.json, tables.md and plots.
 
@@ -53,7 +57,7 @@ def reproduce(
     results = run(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
         p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, progress=progress, threads=threads,
-        jobs=jobs,
+        jobs=jobs, tune=tune, tune_grid=tune_grid,
         log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )
     n = len(results["rows"])

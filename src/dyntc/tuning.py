@@ -1,0 +1,154 @@
+"""Per-model hyperparameter selection on the pretraining dev set.
+
+The paper (Section 5): "We tuned the learning rate and dropout for each model on a held-out
+validation set." :func:`tune` does this for a protocol run: for each model, every candidate of a
+small grid (:func:`candidates`) is pretrained on the first label split's pretraining pool (``Y_old``)
+with the run's early stopping, and scored by its best accuracy on ``dev_old`` (the dev set relabelled
+to ``Y_old``). The candidate with the highest dev score wins; ties go to the candidate listed first
+(ties go to the candidate closest to the profile's own values, then to the first listed). The test set is never loaded into the
+selection: :func:`select` sees only ``(candidate, dev score)`` pairs, and the pretraining runs see
+only the pretraining pool and ``dev_old``.
+
+The choice is written into the profile's ``per_model`` field (``{model: {lr, dropout, ...}}``), so it
+enters the run's fingerprint and ``results.json``; :func:`tune` also returns every candidate's score.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dyntc.errors import DyntcError, is_number
+
+# What a candidate may set: the optimiser's learning rate, the encoder's dropout, and the
+# PrototypicalNetwork options (EUC/HYP only).
+TUNABLE = ("lr", "dropout", "logit_scale", "learn_scale", "max_norm", "differentiable_mean")
+MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "differentiable_mean")
+
+
+@dataclass
+class TuningGrid:
+    """Values tried per model: ``{"*": {"lr": (...), "dropout": (...)}, "hyp": {"learn_scale": (...)}}``.
+
+    A model's grid is the ``"*"`` entry updated with its own entry (e.g. HYP-only options).
+    """
+
+    space: dict[str, dict[str, tuple]] = field(
+        default_factory=lambda: {"*": {"lr": (1e-3, 3e-3, 1e-2), "dropout": (0.3, 0.5)}}
+    )
+
+    def for_model(self, model: str) -> dict[str, tuple]:
+        out = dict(self.space.get("*", {}))
+        out.update(self.space.get(model, {}))
+        if model == "mlp":  # the MLP has no prototype options
+            out = {k: v for k, v in out.items() if k not in MODEL_OPTIONS}
+        for key, values in out.items():
+            if key not in TUNABLE:
+                raise DyntcError(f"tuning grid: unknown setting {key!r}; choose from {', '.join(TUNABLE)}")
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+                raise DyntcError(f"tuning grid: {key} needs a non-empty list of values, got {values!r}")
+        return out
+
+
+def parse_grid(text: str | None) -> TuningGrid:
+    """``"lr=1e-3,3e-3;dropout=0.3,0.5;hyp.learn_scale=0,1"`` -> :class:`TuningGrid` (None: the default grid)."""
+    if text is None or not text.strip():
+        return TuningGrid()
+    space: dict[str, dict[str, tuple]] = {}
+    for part in text.split(";"):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise DyntcError(f"--tune-grid: expected SETTING=V1,V2 (or MODEL.SETTING=...), got {part!r}")
+        key, raw = (s.strip() for s in part.split("=", 1))
+        model, _, name = key.rpartition(".")
+        if name not in TUNABLE:
+            raise DyntcError(f"--tune-grid: unknown setting {name!r}; choose from {', '.join(TUNABLE)}")
+        try:
+            values = tuple(_value(name, v.strip()) for v in raw.split(",") if v.strip())
+        except ValueError:
+            raise DyntcError(f"--tune-grid: {key}={raw!r} must be comma-separated numbers") from None
+        if not values:
+            raise DyntcError(f"--tune-grid: {key} has no values")
+        space.setdefault(model or "*", {})[name] = values
+    return TuningGrid(space)
+
+
+def _value(name: str, raw: str) -> Any:
+    if name in ("learn_scale", "differentiable_mean"):
+        return raw.lower() in ("1", "true", "yes")
+    if name == "max_norm" and raw.lower() == "none":
+        return None
+    return float(raw)
+
+
+def candidates(space: Mapping[str, Sequence], defaults: Mapping[str, Any]) -> list[dict]:
+    """Every combination of `space` (cartesian product), the `defaults` combination first.
+
+    `defaults` holds the current value of each setting (the profile's), so that with ties the
+    selection keeps what the profile already uses.
+    """
+    names = list(space)
+    combos = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+    first = {n: defaults.get(n) for n in names}
+    combos.sort(key=lambda c: c != first)  # stable: the default combination (if in the grid) first
+    return combos
+
+
+def select(scored: Sequence[tuple[dict, float | None]], defaults: Mapping[str, Any] | None = None) -> tuple[dict, float]:
+    """The candidate with the highest dev score. Ties go to the candidate with the most settings equal
+    to `defaults` (a setting that makes no difference keeps the profile's value), then to the earliest.
+    Candidates scored None (no dev evaluation happened) lose to any scored one."""
+    if not scored:
+        raise DyntcError("nothing to select: the tuning grid is empty")
+    defaults = defaults or {}
+
+    def same_as_default(cand: dict) -> int:
+        return sum(1 for k, v in cand.items() if k in defaults and defaults[k] == v)
+
+    best_i, best = None, None
+    for i, (cand, score) in enumerate(scored):
+        if score is None:
+            continue
+        if not is_number(score):
+            raise DyntcError(f"dev score of candidate {i} is {score!r}, expected a number")
+        if best is None or score > best or (score == best and same_as_default(cand) > same_as_default(scored[best_i][0])):
+            best_i, best = i, score
+    if best_i is None:
+        raise DyntcError("no tuning candidate has a dev score (was there a dev set?)")
+    return dict(scored[best_i][0]), float(best)
+
+
+def tune(
+    models: Sequence[str],
+    grid: TuningGrid,
+    defaults: Callable[[str], Mapping[str, Any]],
+    pretrain_dev_score: Callable[[str, dict], tuple[float | None, dict]],
+    log: Callable[[str], None] = lambda msg: None,
+) -> dict[str, dict]:
+    """Run the grid for each model; ``{model: {"chosen": {...}, "dev_acc": ..., "candidates": [...]}}``.
+
+    `pretrain_dev_score(model, candidate)` pretrains `model` with `candidate`'s settings and returns
+    ``(best dev accuracy, extra info)``; it is the only thing that sees data, and it must see the
+    pretraining pool and its dev set only. `defaults(model)` gives the current values (listed first).
+    """
+    out: dict[str, dict] = {}
+    for model in models:
+        space = grid.for_model(model)
+        rows: list[dict] = []
+        scored: list[tuple[dict, float | None]] = []
+        current = defaults(model)
+        for cand in candidates(space, current):
+            t0 = time.perf_counter()
+            score, info = pretrain_dev_score(model, cand)
+            rows.append({"values": cand, "dev_acc": score, "seconds": time.perf_counter() - t0, **info})
+            scored.append((cand, score))
+            log(f"tune {model} {cand}: dev_old acc {score if score is None else round(score, 4)}")
+        chosen, best = select(scored, current)
+        out[model] = {"chosen": chosen, "dev_acc": best, "selected_on": "dev_old (pretraining dev set, split 0)",
+                      "candidates": rows}
+        log(f"tune {model}: chose {chosen} (dev_old acc {best:.4f})")
+    return out
