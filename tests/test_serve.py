@@ -129,7 +129,7 @@ def test_bad_input_is_4xx_and_changes_nothing(server):
         assert (got, words in answer.get("error", "")) == (status, True), (path, body, got, answer)
     got, answer = server.call("POST", "/labels", raw=b'{"name": "x", "examples": [')
     assert got == 400 and "not valid JSON" in answer["error"]
-    for token in (None, "wrong"):
+    for token in (None, "wrong", "wr\u00f6ng"):
         got, answer = server.call("POST", "/labels", {"name": "x", "examples": ["y"]}, token=token)
         assert got == 401 and "Bearer" in answer["error"]
     assert server.call("GET", "/labels", token=None)[0] == 200  # reads stay open

@@ -153,7 +153,9 @@ def create_app(model_dir: str | Path, *, token: str | None = None, max_batch: in
         if service.token is None:
             return
         given = (authorization or "").removeprefix("Bearer ").strip()
-        if not (authorization or "").startswith("Bearer ") or not hmac.compare_digest(given, service.token):
+        # bytes: compare_digest refuses non-ASCII str, which would turn a stranger's header into a 500
+        if not (authorization or "").startswith("Bearer ") or not hmac.compare_digest(
+                given.encode("utf-8", "surrogateescape"), service.token.encode("utf-8")):
             raise _HTTPError(401, "this endpoint changes the model: send 'Authorization: Bearer <token>'")
 
     @app.exception_handler(_HTTPError)
