@@ -106,6 +106,8 @@ class Profile:
     pretrain_eval_every: int = 100
     pretrain_patience: int = 10
     pretrain_eval_support_per_class: int | None = None  # dev prototypes from at most this many examples per class
+    # EUC/HYP pretraining: no early stop before this many episodes (the slow start, docs/results.md §7)
+    pretrain_min_episodes: int = 0
     # fine-tuning (and training from scratch) on the n_fine examples
     finetune_episodes: int = 10_000
     finetune_epochs: int = 100
@@ -160,11 +162,13 @@ class Profile:
 
 PAPER = Profile(
     name="paper",
+    pretrain_min_episodes=3_000,
     description=(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
         "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
-        "One change from the paper: HYP backpropagates through the Fréchet mean (differentiable_mean; issue 11)."
+        "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
+        "EUC/HYP pretraining does not stop early before 3,000 episodes (pretrain_min_episodes)."
     ),
 )
 
@@ -659,6 +663,7 @@ class ProtocolRun:
             eval_every=hp["pretrain_eval_every" if pre else "finetune_eval_every"],
             patience=patience,
             eval_support_per_class=hp["pretrain_eval_support_per_class" if pre else "finetune_eval_support_per_class"],
+            min_steps=hp["pretrain_min_episodes"] if pre and model != "mlp" else 0,
             time_budget_s=hp["stage_time_budget_s"],
             seed=seed,
             device=self.plan.device,
