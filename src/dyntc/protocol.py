@@ -633,9 +633,9 @@ class ProtocolRun:
         pretrain = feats.encoded("train", data_split.pretrain_idx, data_split.pretrain.labels, old)
         dev_old = feats.encoded("dev", data_split.dev_old_idx, data_split.dev_old.labels, old).per_class(
             self.hp["dev_per_class"], derive_seed(self.plan.seed, split, "dev"))
+        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(old),
-                            **self.model_options(model_name))
+        model = build_model(model_name, encoder, len(old), **self.model_options(model_name))
         cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
         train = train_supervised if model_name == "mlp" else train_prototypical
         result = train(model, pretrain, dev_old, cfg)
@@ -788,9 +788,9 @@ class ProtocolRun:
                          f"acc_new={acc_new} ({row['train_seconds']:.0f}s train)")
 
     def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old, bar, costs):
+        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(pretrain.classes),
-                            **self.model_options(model_name))
+        model = build_model(model_name, encoder, len(pretrain.classes), **self.model_options(model_name))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
         if info is not None and info.get("fingerprint") == self.plan.fingerprint():
@@ -841,9 +841,9 @@ class ProtocolRun:
         if variant == "fine-tuned":
             model = copy.deepcopy(pretrained)
         else:
+            encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
             torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
-            model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), n_classes,
-                                **self.model_options(model_name))
+            model = build_model(model_name, encoder, n_classes, **self.model_options(model_name))
         torch.manual_seed(seed)
         if model_name == "mlp":
             if variant == "fine-tuned":
