@@ -91,10 +91,11 @@ def main(argv: list[str] | None = None) -> None:
         test = feats.encoded("test", split.test_idx, split.test.labels, new)
         new_ids = [new.index(c) for c in split.new_classes]
 
+        # the protocol's own helpers (and order of seeding), so that the model, encoder and config are the run's
+        encoder = run._encoder_for(args.model, enc0, split_seed)
         torch.manual_seed(derive_seed(plan.seed, split_seed, args.model, "init"))
-        model = build_model(args.model, copy.deepcopy(enc0), len(old), **run.model_options(args.model)) \
-            if hasattr(run, "model_options") else build_model(args.model, copy.deepcopy(enc0), len(old))
-        cfg = run._cfg("pretrain", derive_seed(plan.seed, split_seed, args.model, "pretrain"))
+        model = build_model(args.model, encoder, len(old), **run.model_options(args.model))
+        cfg = run._cfg("pretrain", derive_seed(plan.seed, split_seed, args.model, "pretrain"), model=args.model)
         cfg.progress = False
         init_scale = episode_scale(copy.deepcopy(model), pretrain, cfg, seed=1)
         monitor = pretraining_monitor(pretrain, dev_old_full, per_class=args.monitor_per_class, seed=cfg.seed)

@@ -219,3 +219,23 @@ def test_monitor_records_geometry_without_changing_training(sent_encoded):
     assert stats["new"]["true_share"] + stats["old"]["true_share"] == pytest.approx(1.0)
     # margin > 0 exactly for correctly classified queries: its share is the accuracy (up to ties)
     assert np.isfinite(stats["margin"]["p50"]) and stats["d2_own"]["mean"] > 0
+
+
+def test_min_steps_holds_off_early_stopping(sent_encoded):
+    """With patience 1 training stops at the first evaluation without a gain; min_steps keeps it going
+    (the slow start of prototypical training, docs/results.md §7), and the best weights still win."""
+    encoder, train, dev, _, _ = sent_encoded
+    small_dev = dev.per_class(10)
+    results = []
+    for min_steps in (0, 40):
+        torch.manual_seed(0)
+        model = build_model("euc", _fresh(encoder), len(train.classes))
+        cfg = TrainConfig(max_episodes=40, eval_every=5, patience=1, eval_support_per_class=10, progress=False,
+                          lr=1e-2, min_steps=min_steps)
+        results.append(train_prototypical(model, train, small_dev, cfg))
+    stopped, held = results
+    assert stopped.stopped_early and stopped.steps < 40
+    assert held.steps == 40 and [h["step"] for h in held.history] == list(range(5, 45, 5))
+    assert held.best_dev_acc == max(h["dev_acc"] for h in held.history)
+    with pytest.raises(DyntcError, match="min_steps"):
+        TrainConfig(min_steps=-1)

@@ -153,7 +153,7 @@ def test_reproduce_with_tune_records_and_uses_the_choice(small_sent, tmp_path, m
 
 def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     """Profile defaults, per_model overrides and the MLP's lack of prototype options."""
-    prof = Profile("t", per_model={"*": {"hyp": {"lr": 0.5, "max_norm": 3.0}}})
+    prof = Profile("t", per_model={"*": {"hyp": {"lr": 0.5, "max_norm": 3.0}}}, pretrain_min_episodes=7)
     plan = make_plan("sent", prof, models="euc,hyp", variants="un-tuned")
     run = protocol.ProtocolRun(small_sent, plan, tmp_path / "r", progress=False, log=lambda m: None)
     assert run.model_options("mlp") == {}
@@ -162,3 +162,6 @@ def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     assert run.model_options("hyp")["max_norm"] == 3.0
     assert run.model_hp("hyp")["lr"] == 0.5 and run.model_hp("euc")["lr"] == prof.lr
     assert run._cfg("pretrain", 0, model="hyp").lr == 0.5 and run._cfg("pretrain", 0, model="euc").lr == prof.lr
+    # the slow-start guard applies to EUC/HYP pretraining only
+    assert run._cfg("pretrain", 0, model="hyp").min_steps == 7 and run._cfg("finetune", 0, model="hyp").min_steps == 0
+    assert run._cfg("pretrain", 0, model="mlp").min_steps == 0

@@ -106,6 +106,8 @@ class Profile:
     pretrain_eval_every: int = 100
     pretrain_patience: int = 10
     pretrain_eval_support_per_class: int | None = None  # dev prototypes from at most this many examples per class
+    # EUC/HYP pretraining: no early stop before this many episodes (the slow start, docs/results.md §7)
+    pretrain_min_episodes: int = 0
     # fine-tuning (and training from scratch) on the n_fine examples
     finetune_episodes: int = 10_000
     finetune_epochs: int = 100
@@ -160,11 +162,13 @@ class Profile:
 
 PAPER = Profile(
     name="paper",
+    pretrain_min_episodes=3_000,
     description=(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
         "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
-        "One change from the paper: HYP backpropagates through the Fréchet mean (differentiable_mean; issue 11)."
+        "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
+        "EUC/HYP pretraining does not stop early before 3,000 episodes (pretrain_min_episodes)."
     ),
 )
 
@@ -688,9 +692,9 @@ class ProtocolRun:
         pretrain = feats.encoded("train", data_split.pretrain_idx, data_split.pretrain.labels, old)
         dev_old = feats.encoded("dev", data_split.dev_old_idx, data_split.dev_old.labels, old).per_class(
             self.hp["dev_per_class"], derive_seed(self.plan.seed, split, "dev"))
+        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(old),
-                            **self.model_options(model_name))
+        model = build_model(model_name, encoder, len(old), **self.model_options(model_name))
         cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
         train = train_supervised if model_name == "mlp" else train_prototypical
         result = train(model, pretrain, dev_old, cfg)
@@ -718,6 +722,7 @@ class ProtocolRun:
             eval_every=hp["pretrain_eval_every" if pre else "finetune_eval_every"],
             patience=patience,
             eval_support_per_class=hp["pretrain_eval_support_per_class" if pre else "finetune_eval_support_per_class"],
+            min_steps=hp["pretrain_min_episodes"] if pre and model != "mlp" else 0,
             time_budget_s=hp["stage_time_budget_s"],
             seed=seed,
             device=self.plan.device,
@@ -836,9 +841,9 @@ class ProtocolRun:
         self._on_work = None
 
     def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old):
+        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), len(pretrain.classes),
-                            **self.model_options(model_name))
+        model = build_model(model_name, encoder, len(pretrain.classes), **self.model_options(model_name))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
         if info is not None and info.get("fingerprint") == self.plan.fingerprint():
@@ -887,9 +892,9 @@ class ProtocolRun:
         if variant == "fine-tuned":
             model = copy.deepcopy(pretrained)
         else:
+            encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
             torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
-            model = build_model(model_name, self._encoder_for(model_name, enc0, split_seed), n_classes,
-                                **self.model_options(model_name))
+            model = build_model(model_name, encoder, n_classes, **self.model_options(model_name))
         torch.manual_seed(seed)
         if model_name == "mlp":
             if variant == "fine-tuned":

@@ -39,6 +39,10 @@ class TrainConfig:
     max_classes: int = 50
     eval_every: int = 100  # episodes between dev evaluations
     patience: int = 10  # dev evaluations without improvement before stopping
+    # no early stop before this many episodes / epochs: prototypical training at the paper's lr sits at
+    # chance-level loss for ~1,600-1,800 episodes before it learns (docs/results.md §7), and patience
+    # alone can end it there; the best weights are still the ones restored
+    min_steps: int = 0
     eval_support_per_class: int | None = None  # dev-time prototypes: at most this many train examples per class
     time_budget_s: float | None = None  # stop (keeping the best weights) after this many seconds
     seed: int = 0
@@ -50,6 +54,8 @@ class TrainConfig:
         for name in ("max_episodes", "max_epochs", "batch_size", "eval_every", "patience"):
             if getattr(self, name) < 1:
                 raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_steps < 0:
+            raise DyntcError(f"min_steps must be >= 0, got {self.min_steps}")
         if not self.lr > 0:
             raise DyntcError(f"lr must be > 0, got {self.lr}")
 
@@ -281,7 +287,7 @@ def train_prototypical(
                 history[-1].update(monitor(model))
             running = []
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", dev=f"{acc:.3f}", best=f"{max(acc, stopper.best or 0):.3f}")
-            if stopper.update(acc):
+            if stopper.update(acc) and step >= cfg.min_steps:
                 stopped_early = True
                 break
         if out_of_time:
@@ -325,7 +331,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
             acc = supervised_accuracy(model, dev)
             history.append({"epoch": epoch, "loss": float(np.mean(losses)), "dev_acc": acc})
             bar.set_postfix(loss=f"{np.mean(losses):.3f}", dev=f"{acc:.3f}")
-            if stopper.update(acc):
+            if stopper.update(acc) and epoch >= cfg.min_steps:
                 stopped_early = True
                 break
         if out_of_time:
