@@ -2,7 +2,7 @@
 split, seeds, encoder and profile), record the geometry over pretraining, then measure the un-tuned
 variant (prototypes of Y_new from n_fine examples, no training) on dev and test.
 
-    DYNTC_DATA=/work/shared/datasets OMP_NUM_THREADS=1 python scripts/hyp_diagnose.py \
+    DYNTC_DATA=../shared/datasets OMP_NUM_THREADS=1 python scripts/hyp_diagnose.py \
         --dataset sent --model hyp --profile quick --out /tmp/diag-hyp.json [--set pretrain_episodes=2000 ...]
 
 Writes a JSON file (history with `dyntc.diagnostics.geometry_stats` per dev evaluation; un-tuned

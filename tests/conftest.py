@@ -32,3 +32,19 @@ def sent(data_dir):
     if not (data_dir / "twitter-airline-sentiment" / "Tweets.csv").is_file():
         pytest.skip(f"Tweets.csv not found under {data_dir}")
     return load("sent", data_dir)
+
+
+@pytest.fixture(scope="session")
+def small_sent(sent):
+    """Real SENT tweets, fewer of them (the protocol is the same; the test stays fast)."""
+    import numpy as np
+
+    from dyntc.data.types import Dataset
+
+    def cap(split, per_class, seed):
+        rng = np.random.default_rng(seed)
+        labels = np.array(split.labels, dtype=object)
+        keep = np.concatenate([rng.permutation(np.flatnonzero(labels == y))[:per_class] for y in sorted(set(split.labels))])
+        return split.subset(np.sort(keep))
+
+    return Dataset("sent", cap(sent.train, 40, 0), cap(sent.dev, 8, 1), cap(sent.test, 10, 2), None, dict(sent.info))

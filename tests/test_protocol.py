@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import dyntc.protocol as protocol
-from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
 from dyntc.protocol import accuracies, make_plan
 from dyntc.runner import reproduce
@@ -27,18 +26,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def small_sent(sent):
-    """Real SENT tweets, fewer of them (the protocol is the same; the test stays fast)."""
-    def cap(split, per_class, seed):
-        rng = np.random.default_rng(seed)
-        labels = np.array(split.labels, dtype=object)
-        keep = np.concatenate([rng.permutation(np.flatnonzero(labels == y))[:per_class] for y in sorted(set(split.labels))])
-        return split.subset(np.sort(keep))
-
-    return Dataset("sent", cap(sent.train, 40, 0), cap(sent.dev, 8, 1), cap(sent.test, 10, 2), None, dict(sent.info))
 
 
 def run_tiny(data, out, **kw):

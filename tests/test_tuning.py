@@ -23,17 +23,6 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(scope="module")
-def small_sent(sent):
-    def cap(split, per_class, seed):
-        rng = np.random.default_rng(seed)
-        labels = np.array(split.labels, dtype=object)
-        keep = np.concatenate([rng.permutation(np.flatnonzero(labels == y))[:per_class] for y in sorted(set(split.labels))])
-        return split.subset(np.sort(keep))
-
-    return Dataset("sent", cap(sent.train, 40, 0), cap(sent.dev, 8, 1), cap(sent.test, 10, 2), None, dict(sent.info))
-
-
 # ---- grid and selection rule -----------------------------------------------------------------------
 
 
