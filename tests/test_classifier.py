@@ -461,3 +461,48 @@ def test_default_classifier_is_minilm_euclidean_end_to_end(clinc, tmp_path):
     back = DynamicClassifier.load(clf.save(tmp_path / "m"))
     test, _ = _flat(clinc["test"], OLD + ["flip_coin"])
     np.testing.assert_array_equal(back.predict_proba(test[:40]), clf.predict_proba(test[:40]))
+
+
+def test_train_none_embeds_only(clinc):
+    """train='none' (the pretrained default): the backbone's own embeddings, no head, no training;
+    a one-example label is fine (no episodes need it) and fine_tune says there is nothing to train."""
+    pytest.importorskip("sentence_transformers")
+    texts, labels = _flat({y: v[:10] for y, v in clinc["train"].items()}, OLD)
+    clf = DynamicClassifier().fit(texts + ["what time is it in tokyo"], labels + ["time_zone"])
+    assert clf.train_result_ is None and list(clf.model_.parameters()) == []
+    assert clf.space_.dim == 384
+    np.testing.assert_allclose(np.linalg.norm(clf.encode(texts[:5]), axis=1), 1.0, rtol=1e-5)  # MiniLM's Normalize
+    with pytest.raises(DyntcError, match="nothing to train"):
+        clf.fine_tune(episodes=2)
+
+
+def test_train_backbone_trains_only_the_top_layers(clinc):
+    pytest.importorskip("sentence_transformers")
+    texts, labels = _flat({y: v[:8] for y, v in clinc["train"].items()}, OLD)
+    clf = DynamicClassifier(train="backbone", episodes=3, n_support=2, n_query=12, eval_every=3)
+    clf.fit(texts, labels)
+    model = clf.model_
+    assert clf.train_result_.steps == 3 and model.learn_scale
+    encoder = model.encoder
+    layers = encoder.backbone[0].auto_model.encoder.layer
+    trained = [any(p.requires_grad for p in block.parameters()) for block in layers]
+    assert trained == [False] * (len(layers) - 2) + [True, True]
+    from dyntc.encoders.pretrained import load_sentence_transformer, resolve_backbone
+
+    before = dict(load_sentence_transformer(resolve_backbone("minilm")).named_parameters())
+    after = dict(encoder.backbone.named_parameters())
+    bottom = next(n for n in after if ".layer.0." in n)
+    top = next(n for n in after if f".layer.{len(layers) - 1}." in n and n.endswith("weight"))
+    torch.testing.assert_close(after[bottom], before[bottom])
+    assert not torch.equal(after[top], before[top])
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(encoder="sru", train="none"), "does not apply to the SRU"),
+    (dict(train="everything"), "train must be one of"),
+    (dict(train="head", encoder_options={"train_layers": 2}), "train_layers applies to mode='finetune' only"),
+    (dict(train="backbone", encoder_options={"train_layers": 0}), "train_layers must be None"),
+])
+def test_bad_train_parameters(params, match):
+    with pytest.raises(DyntcError, match=match):
+        DynamicClassifier(**params).fit(["a b", "c d", "e f", "g h"], ["x", "x", "y", "y"])

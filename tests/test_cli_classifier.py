@@ -209,7 +209,7 @@ def test_bad_model_and_data_files(work, tmp_path):
     code, _, err = cli("fit", "--data", tmp_path / "data.xlsx", "--out", tmp_path / "m")
     assert code == 2 and "unknown data format" in err
     (tmp_path / "one.csv").write_text("text,label\nhello there,x\nhi,y\n")
-    code, _, err = cli("fit", "--data", tmp_path / "one.csv", "--out", tmp_path / "m")
+    code, _, err = cli("fit", "--data", tmp_path / "one.csv", "--out", tmp_path / "m", "--train", "head")
     assert code == 2 and "at least 2 labels with n_support + 1" in err
     assert not (tmp_path / "m").exists()
     (tmp_path / "latin1.csv").write_bytes("text,label\ncaf\xe9 ok,x\n".encode("latin-1"))

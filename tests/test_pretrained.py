@@ -153,11 +153,24 @@ def test_bad_paths_and_options(tmp_path):
     with pytest.raises(DyntcError, match="exceeds"):
         create_encoder("minilm", [], max_len=4096)
     for option, match in [({"dropout": "high"}, "dropout must be"), ({"backbone_lr": "x"}, "backbone_lr must be"),
-                          ({"hidden_size": True}, "hidden_size must be an integer")]:  # fmt: skip
+                          ({"hidden_size": True}, "hidden_size must be an integer"),
+                          ({"num_layers": -1}, "num_layers must be an integer >= 0"),
+                          ({"mode": "finetune", "train_layers": 7}, "the backbone has 6 transformer layers"),
+                          ({"train_layers": 1}, "applies to mode='finetune' only")]:  # fmt: skip
         with pytest.raises(DyntcError, match=match):
             create_encoder("minilm", [], **option)
     with pytest.raises(DyntcError, match="unknown encoder"):
         create_encoder(str(tmp_path / "missing"), [])
+
+
+def test_no_head_passes_the_backbone_embedding_through():
+    """num_layers=0: the point is MiniLM's own sentence embedding (unit length), whatever hidden_size says."""
+    enc = create_encoder("minilm", [], num_layers=0, hidden_size=16)
+    texts = ["book a table for two", "what's my balance"]
+    out = enc(**enc.collate(enc.featurize(texts)))
+    assert enc.output_dim == 384 and out.shape == (2, 384) and list(enc.parameters()) == []
+    torch.testing.assert_close(out, torch.stack(enc.featurize(texts)))
+    torch.testing.assert_close(out.norm(dim=1), torch.ones(2))
 
 
 def test_missing_packages_name_the_extra(monkeypatch):

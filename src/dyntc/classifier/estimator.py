@@ -42,6 +42,7 @@ from dyntc.classifier import saving
 from dyntc.classifier.params import validate_params
 from dyntc.errors import DyntcError, NotFittedError, is_int, is_number
 
+BACKBONE_LAYERS = 2  # train="backbone": the top transformer layers trained (docs/results.md §9)
 
 
 class DynamicClassifier:
@@ -57,9 +58,18 @@ class DynamicClassifier:
         ``"euclidean"`` (default) or ``"hyperbolic"`` (hyperboloid model; prototypes are Fréchet
         means). The defaults are what won on held-out data in the CLINC150 scenario
         (``examples/intent_scenario.py``, docs/results.md §9).
+    train
+        What :meth:`fit` trains. Pretrained encoders: ``"none"`` (the default: prototypes of the
+        backbone's own sentence embeddings; fit only embeds the texts), ``"backbone"`` (episodic
+        prototypical fine-tuning of the transformer's top ``train_layers`` layers, 2 unless
+        ``encoder_options`` says otherwise; minutes on a CPU: set ``time_budget_s``) or ``"head"`` (a
+        projection head of ``hidden_size`` x ``num_layers`` on the frozen backbone). SRU:
+        ``"encoder"`` (its only choice). ``None`` = ``"none"`` for pretrained encoders, ``"encoder"``
+        for the SRU.
     hidden_size, num_layers, dropout, max_len
-        Encoder shape: output size, layers, dropout and tokens kept per text. ``None`` means the
-        encoder's default (SRU: 4 layers, dropout 0.5; pretrained: a 1-layer head, dropout 0.1).
+        Encoder shape: output size, layers, dropout and tokens kept per text (``train="head"`` and
+        the SRU). ``None`` means the encoder's default (SRU: 4 layers, dropout 0.5; head: 1 layer,
+        dropout 0.1).
     embeddings
         SRU only: a GloVe text file (None = the packaged glove.6B.50d).
     encoder_options
@@ -71,6 +81,11 @@ class DynamicClassifier:
         ``patience`` checks without improvement (the best weights are kept).
     extend_vocab
         Append the GloVe-known new words of later examples to the SRU vocabulary (see module doc).
+    debias
+        Correct each label's distances for its support size (subtract ``σ²/n``, the expected excess
+        squared distance of a prototype estimated from ``n`` examples; see
+        :mod:`dyntc.classifier.labels`), so that a 5-example label is not predicted less often than a
+        100-example one. Applies at once; a change drops the calibration.
     batch_size
         Texts per batch when embedding (prediction, label operations).
     seed, device, progress
@@ -82,6 +97,7 @@ class DynamicClassifier:
         encoder: str = "minilm",
         metric: str = "euclidean",
         *,
+        train: str | None = None,
         hidden_size: int = 128,
         num_layers: int | None = None,
         dropout: float | None = None,
@@ -97,6 +113,7 @@ class DynamicClassifier:
         patience: int = 10,
         time_budget_s: float | None = None,
         extend_vocab: bool = True,
+        debias: bool = True,
         batch_size: int = 256,
         seed: int = 0,
         device: str = "cpu",
@@ -104,6 +121,7 @@ class DynamicClassifier:
     ):
         self.encoder = encoder
         self.metric = metric
+        self.train = train
         self.hidden_size = hidden_size
         self.num_layers = num_layers
         self.dropout = dropout
@@ -119,6 +137,7 @@ class DynamicClassifier:
         self.patience = patience
         self.time_budget_s = time_budget_s
         self.extend_vocab = extend_vocab
+        self.debias = debias
         self.batch_size = batch_size
         self.seed = seed
         self.device = device
@@ -136,7 +155,7 @@ class DynamicClassifier:
 
     def set_params(self, **params) -> "DynamicClassifier":
         """Set constructor parameters; they apply at the next :meth:`fit` (``device``, ``batch_size``,
-        ``extend_vocab`` and ``progress`` apply at once)."""
+        ``extend_vocab``, ``debias`` and ``progress`` apply at once)."""
         valid = self._param_names()
         for name, value in params.items():
             if name not in valid:
@@ -145,6 +164,13 @@ class DynamicClassifier:
                 raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")
             if name == "device":
                 self._check_device(value)
+            if name == "debias":
+                if not isinstance(value, bool):
+                    raise DyntcError(f"debias must be True or False, got {value!r}")
+                labels = getattr(self, "_labels", None)
+                if labels is not None and labels.debias != value:
+                    labels.debias = value
+                    self.calibration_ = None  # fitted on the other distances
             setattr(self, name, value)
         self._sync_space()
         return self
@@ -163,12 +189,30 @@ class DynamicClassifier:
 
         return check_device(device, "device")
 
+    def _training(self) -> str:
+        """`train` resolved: what fit trains (see the class docstring)."""
+        if self.train is not None:
+            return self.train
+        return "encoder" if self.encoder == "sru" else "none"
+
     def _encoder_options(self) -> dict:
-        options = {"hidden_size": self.hidden_size, "num_layers": self.num_layers, "dropout": self.dropout,
-                   "max_len": self.max_len}
+        training = self._training()
         if self.encoder == "sru":
-            options["embeddings"] = self.embeddings
+            options = {"hidden_size": self.hidden_size, "num_layers": self.num_layers, "dropout": self.dropout,
+                       "max_len": self.max_len, "embeddings": self.embeddings}
+        elif training == "head":
+            options = {"mode": "frozen", "hidden_size": self.hidden_size, "num_layers": self.num_layers,
+                       "dropout": self.dropout, "max_len": self.max_len}
+        elif training == "backbone":
+            options = {"mode": "finetune", "num_layers": 0, "max_len": self.max_len, "train_layers": BACKBONE_LAYERS}
+        else:
+            options = {"mode": "frozen", "num_layers": 0, "max_len": self.max_len}
         return {**options, **(self.encoder_options or {})}  # None values = the encoder's default
+
+    def _network_options(self) -> dict:
+        # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat; a
+        # learnt scale from 10 lets the loss sharpen (it settles near 15 on CLINC150)
+        return {"logit_scale": 10.0, "learn_scale": True} if self._training() == "backbone" else {}
 
     def _train_config(self, episodes: int, lr: float):
         from dyntc.training import TrainConfig
@@ -253,13 +297,17 @@ class DynamicClassifier:
         texts, labels = trainer.check_pairs(texts, labels)
         classes = sorted(set(labels))
         dev_pair = trainer.check_dev(dev, classes)
-        trainer.episodic_classes(labels, classes, self.n_support)  # fail before building the encoder
+        training = self._training()
+        if training != "none":
+            trainer.episodic_classes(labels, classes, self.n_support)  # fail before building the encoder
         torch.manual_seed(self.seed)
         encoder = create_encoder(self.encoder, texts, **self._encoder_options())
-        model = PrototypicalNetwork(encoder, self.metric)
+        model = PrototypicalNetwork(encoder, self.metric, **self._network_options())
         items = encoder.featurize(texts)  # once, for the episodes and the prototypes
-        self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
-                                                     self._train_config(self.episodes, self.lr))
+        self.train_result_ = None
+        if training != "none":
+            self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
+                                                         self._train_config(self.episodes, self.lr))
         self.space_ = MetricSpace(model, **self._space_options())
         self._install(texts, labels, items)
         self.calibration_ = None
@@ -285,6 +333,9 @@ class DynamicClassifier:
         than ``n_support + 1`` examples only appear as prototypes, not in episodes.
         """
         self._check_fitted()
+        if not any(p.requires_grad for p in self.space_.model.parameters()):
+            raise DyntcError(f"this classifier has nothing to train (train={self._training()!r}: a frozen backbone "
+                             "without head); fit one with train='backbone' or train='head' to fine-tune")
         if not (is_int(episodes) and episodes >= 1):
             raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
         if lr is not None and not (is_number(lr) and lr > 0):
@@ -328,7 +379,7 @@ class DynamicClassifier:
         self._labels = LabelSet.from_groups(self.space_, {
             y: ([texts[i] for i in idx], points[torch.as_tensor(idx, dtype=torch.long)].clone())
             for y, idx in groups.items()
-        })
+        }, debias=self.debias)
         self._labels.changed = set(groups)
 
     # ------------------------------------------------------------------ prediction

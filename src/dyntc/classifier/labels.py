@@ -9,6 +9,16 @@ writer changes the copy (the HTTP service relies on this).
 
 ``changed`` records the labels an operation added, changed or removed since the last commit to a
 store, and ``log`` what was done; the store then writes only those labels.
+
+**Support-size correction** (``debias``, on by default). A prototype estimated from n examples sits
+off its label's true mean μ, and on average that adds the spread of the mean to every distance:
+``E ||x - p̂||² = ||x - μ||² + σ²/n`` for a label with within-label spread
+``σ² = E ||x - μ||²``. A 5-example label therefore looks farther than a 100-example one by
+``σ²(1/5 - 1/100)``, and is predicted less often than it occurs. With ``debias`` the score of label c
+is the unbiased estimate ``d²(x, p̂_c) - σ²/n_c``, with σ² pooled over all labels (a 5-example label's
+own spread is too noisy): ``σ² = Σ_c Σ_i d²(x_ci, p̂_c) / Σ_c (n_c - 1)``. On the hyperboloid the
+same formula holds to first order (in the tangent space at the mean), with Fréchet variances. The
+measurement is in docs/results.md §9.
 """
 
 from __future__ import annotations
@@ -56,25 +66,30 @@ def check_examples(examples: Any, arg: str = "examples", *, allow_empty: bool = 
 class LabelSet:
     """Labels -> support sets and prototypes in one :class:`MetricSpace`, with the label operations."""
 
-    def __init__(self, space: MetricSpace):
+    def __init__(self, space: MetricSpace, *, debias: bool = True):
         self.space = space
+        self.debias = debias
         self._support: dict[str, Support] = {}
         self._prototypes: dict[str, torch.Tensor] = {}
+        self._spread: dict[str, float] = {}  # label -> sum of its support points' d² to its prototype
         self._matrix: torch.Tensor | None = None
+        self._correction: torch.Tensor | None = None
         self.changed: set[str] = set()
         self.log: list[dict] = []
 
     @classmethod
-    def from_groups(cls, space: MetricSpace, groups: Mapping[str, tuple[Sequence[str], torch.Tensor]]) -> "LabelSet":
+    def from_groups(cls, space: MetricSpace, groups: Mapping[str, tuple[Sequence[str], torch.Tensor]], *,
+                    debias: bool = True) -> "LabelSet":
         """A set from ``{label: (texts, points)}``; every prototype computed in one batch."""
-        self = cls(space)
+        self = cls(space, debias=debias)
         self._support = {name: Support(tuple(texts), points) for name, (texts, points) in sorted(groups.items())}
         self._refresh(self._support)
         return self
 
     def copy(self) -> "LabelSet":
-        other = LabelSet(self.space)
+        other = LabelSet(self.space, debias=self.debias)
         other._support, other._prototypes, other._matrix = dict(self._support), dict(self._prototypes), self._matrix
+        other._spread, other._correction = dict(self._spread), self._correction
         other.changed, other.log = set(self.changed), list(self.log)
         return other
 
@@ -106,8 +121,23 @@ class LabelSet:
         return self._matrix
 
     def sq_distances(self, points: torch.Tensor) -> torch.Tensor:
-        """Squared distances from `points` to every prototype, ``(n, n_classes)``."""
-        return self.space.sq_distances(points, self.prototypes())
+        """Squared distances from `points` to every prototype, ``(n, n_classes)``; with ``debias`` each
+        label's ``σ²/n_c`` subtracted (module docstring), so an entry can be slightly negative."""
+        d2 = self.space.sq_distances(points, self.prototypes())
+        return d2 - self.support_correction() if self.debias else d2
+
+    def pooled_spread(self) -> float:
+        """σ²: the within-label spread ``Σ_c Σ_i d²(x_ci, p_c) / Σ_c (n_c - 1)``; 0 if no label has two examples."""
+        dof = sum(len(s.texts) - 1 for s in self._support.values())
+        return sum(self._spread.values()) / dof if dof > 0 else 0.0
+
+    def support_correction(self) -> torch.Tensor:
+        """``σ²/n_c`` per label, ``(n_classes,)`` in ``classes`` order: the expected excess squared
+        distance to a prototype estimated from ``n_c`` examples."""
+        if self._correction is None:
+            counts = torch.tensor([len(self._support[c].texts) for c in self.classes], dtype=torch.float32)
+            self._correction = self.pooled_spread() / counts
+        return self._correction
 
     def require(self, name: Any, arg: str = "name") -> str:
         check_name(name, arg)
@@ -218,14 +248,23 @@ class LabelSet:
         self._set(old, None)
         self._set(new, support)
         self._prototypes[new] = proto
-        self._matrix = None
+        self._spread[new] = self._spread.pop(old)
+        self._matrix = self._correction = None
         self.log.append({"op": "rename_label", "label": old, "to": new})
 
     def _refresh(self, names: Iterable[str]) -> None:
         """Recompute the prototypes of `names`; drop those of labels that no longer exist."""
         names = [n for n in dict.fromkeys(names) if n in self._support]
-        protos = self.space.means([self._support[n].points for n in names])
+        groups = [self._support[n].points for n in names]
+        protos = self.space.means(groups)
         self._prototypes.update({n: protos[i] for i, n in enumerate(names)})
+        if names:  # each point's squared distance to its own label's prototype, in one batch
+            points = torch.cat(groups)
+            owner = torch.repeat_interleave(torch.arange(len(names)), torch.tensor([len(g) for g in groups]))
+            own = self.space.sq_distances(points, protos).gather(1, owner[:, None]).squeeze(1).double()
+            sums = torch.zeros(len(names), dtype=torch.float64).index_add_(0, owner, own)
+            self._spread.update({n: float(sums[i]) for i, n in enumerate(names)})
         for gone in set(self._prototypes) - set(self._support):
             del self._prototypes[gone]
-        self._matrix = None
+            self._spread.pop(gone, None)
+        self._matrix = self._correction = None

@@ -17,6 +17,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from dyntc.encoders import build_encoder
+from dyntc.encoders.base import module_device
 from dyntc.errors import DyntcError
 from dyntc.models import PrototypicalNetwork
 
@@ -48,7 +49,7 @@ class MetricSpace:
 
     def _on_device(self) -> PrototypicalNetwork:
         device = torch.device(self.device)
-        if next(self.model.parameters()).device != device:
+        if module_device(self.model) != device:
             self.model.to(device)
         return self.model
 

@@ -10,6 +10,7 @@ from typing import Any
 from dyntc.errors import DyntcError, is_int, is_number
 
 METRICS = ("euclidean", "hyperbolic")
+PRETRAINED_TRAINING = ("none", "backbone", "head")
 
 
 def _need(cond: bool, msg: str) -> None:
@@ -22,6 +23,12 @@ def validate_params(clf: Any) -> None:
     _need(isinstance(clf.encoder, str) and bool(clf.encoder),
           f"encoder must be 'minilm', 'sru' or a model path, got {clf.encoder!r}")
     _need(clf.metric in METRICS, f"metric must be 'euclidean' or 'hyperbolic', got {clf.metric!r}")
+    if clf.encoder == "sru":
+        _need(clf.train in (None, "encoder"), f"train={clf.train!r} does not apply to the SRU encoder, which is always "
+              "trained as a whole: use train=None or 'encoder'")
+    else:
+        _need(clf.train in (None,) + PRETRAINED_TRAINING, f"train must be one of {PRETRAINED_TRAINING} (or None) for "
+              f"a pretrained encoder, got {clf.train!r}")
     for name in ("hidden_size", "num_layers", "max_len", "episodes", "n_support", "n_query",
                  "eval_every", "patience", "batch_size"):
         value = getattr(clf, name)
@@ -39,6 +46,8 @@ def validate_params(clf: Any) -> None:
                                           and all(isinstance(k, str) for k in clf.encoder_options)),
           f"encoder_options must be a dict with option names as keys, or None; got {clf.encoder_options!r}")
     _need(is_int(clf.seed), f"seed must be an integer, got {clf.seed!r}")
+    for name in ("extend_vocab", "debias"):
+        _need(isinstance(getattr(clf, name), bool), f"{name} must be True or False, got {getattr(clf, name)!r}")
     clf._check_device(clf.device)
     from dyntc.encoders import check_encoder_options
 

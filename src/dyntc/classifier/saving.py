@@ -89,11 +89,12 @@ def from_snapshot(cls: type, snap: Snapshot) -> Any:
                          f"{CLASSIFIER_FORMAT}: refit it or use the dyntc version that wrote it")
     params = {k: v for k, v in (doc.get("params") or {}).items() if k in cls._param_names()}
     params["device"] = "cpu"
+    params.setdefault("debias", False)  # saved before the support-size correction existed: predict as then
     clf = cls(**params)
     clf.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **clf._space_options())
     if any(p.shape[1] != clf.space_.dim for _, p in snap.labels.values()):
         raise DyntcError(f"the stored points do not have the model's {clf.space_.dim} coordinates: the store is damaged")
-    clf._labels = LabelSet.from_groups(clf.space_, snap.labels)
+    clf._labels = LabelSet.from_groups(clf.space_, snap.labels, debias=clf.debias)
     stored = doc.get("calibration")
     clf.calibration_ = None if stored is None else Calibration.from_dict(stored)
     clf._source = (snap.store_id, snap.version)

@@ -164,6 +164,8 @@ def fit(
     dev: Annotated[Optional[Path], typer.Option(help="Dev data (same columns) for early stopping")] = None,
     metric: Annotated[str, typer.Option(help="euclidean | hyperbolic")] = "euclidean",
     encoder: Annotated[str, typer.Option(help="minilm | sru | path to a sentence-transformers model")] = "minilm",
+    train: Annotated[Optional[str], typer.Option(help="What to train: none (pretrained default: the backbone's own "
+                                                 "embeddings) | backbone (its top layers) | head | encoder (SRU)")] = None,
     episodes: Annotated[int, typer.Option(help="Maximum training episodes")] = 1000,
     lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-3,
     n_support: Annotated[int, typer.Option(help="Support examples per class in an episode")] = 4,
@@ -185,7 +187,7 @@ def fit(
     texts, labels = read_labelled(data, text_col, label_col)
     dev_pair = read_labelled(dev, text_col, label_col) if dev is not None else None
     clf = DynamicClassifier(
-        encoder=encoder, metric=metric, hidden_size=hidden, num_layers=layers, dropout=dropout, max_len=max_len,
+        encoder=encoder, metric=metric, train=train, hidden_size=hidden, num_layers=layers, dropout=dropout, max_len=max_len,
         episodes=episodes, lr=lr, n_support=n_support, n_query=n_query, eval_every=eval_every, patience=patience,
         time_budget_s=time_budget, seed=seed, device=device, progress=progress,
     )
@@ -195,9 +197,11 @@ def fit(
     clf.set_params(device="cpu")
     clf.save(out)
     res = clf.train_result_
-    summary = {"out": str(out), "n_train": len(texts), "n_classes": clf.n_classes_, "episodes": res.steps,
-               "best_dev_acc": res.best_dev_acc, "seconds": round(seconds, 2)}
-    _err(f"trained {clf.n_classes_} labels on {len(texts)} texts ({res.steps} episodes, {seconds:.1f}s); saved to {out}")
+    episodes_run = 0 if res is None else res.steps
+    summary = {"out": str(out), "n_train": len(texts), "n_classes": clf.n_classes_, "episodes": episodes_run,
+               "best_dev_acc": None if res is None else res.best_dev_acc, "seconds": round(seconds, 2)}
+    _err(f"{'trained' if res is not None else 'built'} {clf.n_classes_} labels on {len(texts)} texts "
+         f"({episodes_run} episodes, {seconds:.1f}s); saved to {out}")
     print(json.dumps(summary))
 
 

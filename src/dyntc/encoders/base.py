@@ -50,6 +50,16 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
+def module_device(module: nn.Module) -> torch.device:
+    """Where `module` lives: the device of its first parameter or buffer; the CPU if it has none
+    (e.g. a frozen backbone without head, whose backbone is shared outside the module)."""
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
 @torch.no_grad()
 def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
     """``fn(**batch)`` over `items` in eval mode, batches of similar length; rows in input order.
@@ -57,7 +67,7 @@ def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size:
     `fn` is the encoder itself or a module built on it (a model's ``embed``, an MLP's logits)."""
     was_training = fn.training
     fn.eval()
-    device = next(fn.parameters()).device
+    device = module_device(fn)
     order = np.argsort([len(x) for x in items], kind="stable")
     out = []
     try:

