@@ -1,0 +1,88 @@
+"""`DynamicClassifier` latency and throughput against the bare backbone it runs (issue 12's targets:
+``add_label`` with 5 examples <= 50 ms, prediction >= 500 texts/s with MiniLM on 2 cores).
+
+    DYNTC_DATA=../shared/datasets python -m bench.classifier [--threads 2] [--labels 20] [--predict-texts 2000]
+
+Fits ``DynamicClassifier()`` (frozen all-MiniLM-L6-v2, no head, Euclidean, support-size correction)
+on CLINC150's training split (150 intents; fit time printed, not the point), then times:
+
+* ``add_label`` of ``--labels`` new labels with 5 examples each, texts never embedded before (taken
+  from the test split; the on-disk embedding cache is off), median and max; peer: the same backbone's
+  ``SentenceTransformer.encode`` of those 5 texts plus their mean, the least any implementation on
+  this backbone has to do.
+* ``predict`` of ``--predict-texts`` texts never embedded before, texts per second; peer:
+  ``encode`` in batches of 256 plus the nearest centroid in numpy.
+
+Prints the CPU and load average with every figure, and the ratios to the peer measured in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ["DYNTC_CACHE"] = "off"  # every text is new to the classifier, as in production
+
+import torch  # noqa: E402
+
+from bench._machine import cpu_model, load_average  # noqa: E402
+from dyntc import DynamicClassifier  # noqa: E402
+from dyntc.data.datasets import load  # noqa: E402
+from dyntc.encoders.pretrained import load_sentence_transformer, resolve_backbone  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--labels", type=int, default=20)
+    ap.add_argument("--predict-texts", type=int, default=2000)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    data = load("clinc150")
+    print(f"CPU: {cpu_model()}, torch threads {args.threads}, load average {load_average()}")
+
+    t0 = time.perf_counter()
+    clf = DynamicClassifier().fit(data.train.texts, data.train.labels)
+    print(f"fit on {len(data.train)} texts, {clf.n_classes_} labels: {time.perf_counter() - t0:.1f} s (embedding them)")
+
+    by_label: dict[str, list[str]] = {}
+    for text, label in zip(data.test.texts, data.test.labels):
+        by_label.setdefault(label, []).append(text)
+    groups = [texts[:5] for _, texts in sorted(by_label.items())[: args.labels]]
+    used = {t for g in groups for t in g}
+    predict_texts = [t for t in data.test.texts if t not in used][: args.predict_texts]
+
+    st = load_sentence_transformer(resolve_backbone("minilm"))
+    st.max_seq_length = clf.max_len
+    st.encode(["warm up"])
+    clf.add_label("warm-up label", ["warm up the classifier"])
+    peer_ms, ours_ms = [], []
+    for g in groups:  # the peer first: it has no cache, ours then sees the texts for the first time too
+        t0 = time.perf_counter()
+        st.encode(g, batch_size=256, convert_to_numpy=True).mean(0)
+        peer_ms.append(1000 * (time.perf_counter() - t0))
+    for i, g in enumerate(groups):
+        t0 = time.perf_counter()
+        clf.add_label(f"new label {i}", g)
+        ours_ms.append(1000 * (time.perf_counter() - t0))
+    med, peer_med = statistics.median(ours_ms), statistics.median(peer_ms)
+    print(f"add_label, 5 new texts ({len(groups)} labels): median {med:.1f} ms, max {max(ours_ms):.1f} ms; "
+          f"peer encode + mean: median {peer_med:.1f} ms; ratio {med / peer_med:.2f} (load {load_average()})")
+
+    centroids = clf.labels_.prototypes().numpy()
+    t0 = time.perf_counter()
+    x = st.encode(predict_texts, batch_size=256, convert_to_numpy=True)
+    ((x[:, None, :] - centroids[None]) ** 2).sum(-1).argmin(1)
+    peer_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    clf.predict(predict_texts)
+    ours_s = time.perf_counter() - t0
+    n = len(predict_texts)
+    print(f"predict {n} new texts: {n / ours_s:.0f} texts/s; peer encode + nearest centroid: {n / peer_s:.0f} texts/s; "
+          f"ratio {peer_s / ours_s:.2f} of the peer's speed (load {load_average()})")
+
+
+if __name__ == "__main__":
+    main()
