@@ -13,7 +13,10 @@ domains with ``--shots`` examples each; accuracy on the official test split, old
 - ``minilm-hyp``: ``DynamicClassifier(metric="hyperbolic")``;
 - ``sru-hyp``: ``DynamicClassifier(encoder="sru", metric="hyperbolic")``, the paper's model (the first default);
 - ``centroid``: frozen all-MiniLM-L6-v2, nearest class centroid, no training at all;
-- ``logreg``: frozen all-MiniLM-L6-v2 + LogisticRegression(class_weight="balanced") retrained on old + new.
+- ``logreg``: frozen all-MiniLM-L6-v2 + LogisticRegression(class_weight="balanced") retrained on old + new;
+- ``setfit``: SetFit (Tunstall et al. 2022) on the same all-MiniLM-L6-v2, retrained on old + new:
+  contrastive fine-tuning of the body for ``--setfit-steps`` batches of 32 pairs, then its logistic
+  regression head (needs ``pip install 'dyntc[bench]'``; not in the default list: ~10 min on a CPU).
 
 Also per approach: recall of 5-shot vs many-shot labels and how often new labels are predicted
 (``pred_share_new`` against their true share), and on CLINC150 the out-of-scope rejection after
@@ -38,7 +41,7 @@ from dyntc import DynamicClassifier
 from dyntc.data.datasets import clinc150_out_of_scope, load
 from dyntc.training import machine_description
 
-APPROACHES = ("default", "no-debias", "backbone", "head", "minilm-hyp", "sru-hyp", "centroid", "logreg")
+APPROACHES = ("default", "no-debias", "backbone", "head", "minilm-hyp", "sru-hyp", "centroid", "logreg", "setfit")
 DEFAULT_APPROACHES = ("default", "no-debias", "backbone", "head", "minilm-hyp", "centroid", "logreg")
 LARSON_2019 = {"BERT, oos-threshold": (96.2, 52.3), "MLP, oos-threshold": (93.4, 49.1), "BERT, oos-train": (96.9, 40.3)}
 
@@ -83,6 +86,24 @@ def run_classifier(params, train, support, test_texts, calibration):
     return out
 
 
+def run_setfit(fit_texts, fit_labels, test_texts, steps, seed):
+    import tempfile
+
+    from datasets import Dataset
+    from setfit import SetFitModel, Trainer, TrainingArguments
+
+    from dyntc.encoders.pretrained import resolve_backbone
+
+    model = SetFitModel.from_pretrained(str(resolve_backbone("minilm")))
+    with tempfile.TemporaryDirectory() as tmp:
+        args = TrainingArguments(output_dir=tmp, batch_size=32, num_epochs=1, max_steps=steps, seed=seed,
+                                 report_to="none", save_strategy="no", show_progress_bar=False)
+        t0 = time.perf_counter()
+        Trainer(model=model, args=args, train_dataset=Dataset.from_dict({"text": fit_texts, "label": fit_labels})).train()
+        fit_s = time.perf_counter() - t0
+    return {"pred": [str(p) for p in model.predict(test_texts, as_numpy=True)], "fit_seconds": fit_s}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", default="clinc150", choices=["clinc150", "hwu64"])
@@ -90,6 +111,7 @@ def main() -> None:
     ap.add_argument("--n-new-domains", type=int, default=3)
     ap.add_argument("--approaches", default=",".join(DEFAULT_APPROACHES))
     ap.add_argument("--time-budget", type=float, default=600.0, help="training seconds per trained DynamicClassifier")
+    ap.add_argument("--setfit-steps", type=int, default=300, help="SetFit body training steps (batches of 32 pairs)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -136,7 +158,9 @@ def main() -> None:
             fit_labels = [y for _, y in train] + [n for n, ex in support.items() for _ in ex]
             x_fit, x_test = frozen_embeddings(fit_texts), frozen_embeddings(test_texts)
             t0 = time.perf_counter()
-            if name == "centroid":
+            if name == "setfit":
+                out = run_setfit(fit_texts, fit_labels, test_texts, args.setfit_steps, args.seed)
+            elif name == "centroid":
                 classes = sorted(set(fit_labels))
                 y = np.array([classes.index(v) for v in fit_labels])
                 centroids = np.stack([x_fit[y == c].mean(0) for c in range(len(classes))])
@@ -147,7 +171,7 @@ def main() -> None:
 
                 model = LogisticRegression(class_weight="balanced", max_iter=2000).fit(x_fit, fit_labels)
                 out = {"pred": model.predict(x_test).tolist()}
-            out["fit_seconds"] = time.perf_counter() - t0
+            out.setdefault("fit_seconds", time.perf_counter() - t0)
         row = scores(out.pop("pred"), test_labels, new)
         row.update({k: v for k, v in out.items() if not k.startswith("reject")})
         if "reject_in_scope" in out:
