@@ -90,6 +90,17 @@ def test_out_must_be_a_directory(small_sent, tmp_path):
     assert not_a_dir.read_text() == "x"
 
 
+def test_scratch_n_fine_limits_only_the_scratch_cells_and_not_the_fingerprint():
+    full = make_plan("sent", "paper")
+    some = make_plan("sent", "paper", scratch_n_fine="100,5")
+    assert some.scratch_n_fine == (5, 100) and some.fingerprint() == full.fingerprint()
+    assert set(full.cells(0)) - set(some.cells(0)) == {(m, "scratch", n, 0) for m in ("mlp", "euc", "hyp") for n in (10, 20)}
+    with pytest.raises(DyntcError, match="must list some of the run's n_fine values \\[5, 10, 20, 100\\]; got \\[7\\]"):
+        make_plan("sent", "paper", scratch_n_fine="7")
+    with pytest.raises(DyntcError, match="scratch variant is not among --variants"):
+        make_plan("sent", "paper", variants="fine-tuned", scratch_n_fine="5")
+
+
 def test_n_fine_must_exceed_n_support_for_metric_models():
     with pytest.raises(DyntcError, match="n_support \\+ 1 = 5"):
         make_plan("sent", "quick", n_fine="4,10")

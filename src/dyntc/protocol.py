@@ -315,6 +315,7 @@ class RunPlan:
     encoder: str
     seed: int
     device: str
+    scratch_n_fine: tuple[int, ...] | None = None  # the scratch variant only at these n_fine (None: at all)
 
     def cells(self, split: int) -> list[tuple[str, str, int, int]]:
         return [
@@ -322,7 +323,8 @@ class RunPlan:
             for m in self.models
             for n in self.n_fine
             for v in self.variants
-            if v in MODEL_VARIANTS[m]
+            if v in MODEL_VARIANTS[m] and not (v == "scratch" and self.scratch_n_fine is not None
+                                                and n not in self.scratch_n_fine)
         ]
 
     def fingerprint(self) -> dict[str, Any]:
@@ -344,8 +346,13 @@ def make_plan(
     seed: int = 0,
     device: str = "cpu",
     settings: dict[str, str] | None = None,
+    scratch_n_fine: str | tuple[int, ...] | None = None,
 ) -> RunPlan:
-    """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work)."""
+    """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
+
+    `scratch_n_fine` limits the (costly) scratch variant to some of the n_fine values, e.g. the low
+    and the high end that the pretraining-gain figure needs; like the other selections it is not
+    part of the fingerprint, so a run can be resumed with another choice."""
     from dyntc.data.datasets import resolve_name
 
     try:  # aliases ("20news", ...) get the dataset's own hyperparameters
@@ -387,8 +394,18 @@ def make_plan(
             raise DyntcError(f"profile setting {name} must be >= 1, got {hp[name]}")
     if hp["max_classes"] < 2:
         raise DyntcError(f"profile setting max_classes must be >= 2, got {hp['max_classes']}")
+    scratch = None
+    if scratch_n_fine is not None:
+        scratch = tuple(sorted(set(parse_int_list(scratch_n_fine, "--scratch-n-fine"))))
+        stray = sorted(set(scratch) - set(fine))
+        if not scratch or stray:
+            raise DyntcError(f"--scratch-n-fine must list some of the run's n_fine values {list(fine)}; "
+                             f"got {list(scratch) if scratch else 'none'}")
+        if "scratch" not in chosen_variants:
+            raise DyntcError("--scratch-n-fine is given but the scratch variant is not among --variants")
     hp["splits"], hp["n_fine"] = n_splits, list(fine)
-    return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device)
+    return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
+                   scratch)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -607,6 +624,7 @@ class ProtocolRun:
             "splits": plan.splits,
             "models": list(plan.models),
             "variants": list(plan.variants),
+            "scratch_n_fine": None if plan.scratch_n_fine is None else list(plan.scratch_n_fine),
             "config": self.hp,
             "fingerprint": plan.fingerprint(),
             "dyntc_version": __version__,

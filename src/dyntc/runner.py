@@ -303,6 +303,7 @@ def reproduce(
     log: Callable[[str], None] | None = None,
     tune: bool = False,
     tune_grid: str | None = None,
+    scratch_n_fine: str | None = None,
 ) -> dict:
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
@@ -323,7 +324,7 @@ def reproduce(
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
     plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                     p=p, seed=seed, device=device, settings=settings)
+                     p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine)
     if not isinstance(dataset, Dataset):
         from dyntc.data.datasets import load
 
@@ -336,7 +337,7 @@ def reproduce(
             per_model[model] = {**per_model.get(model, {}), **entry["chosen"]}
         prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
         plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                         p=p, seed=seed, device=device)
+                         p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine)
     run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning

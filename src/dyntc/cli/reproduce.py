@@ -32,6 +32,7 @@ def reproduce(
     models: Annotated[str, typer.Option(help="Comma-separated: mlp, euc, hyp, logreg (logreg needs a pretrained encoder)")] = "mlp,euc,hyp",
     variants: Annotated[str, typer.Option(help="Comma-separated: fine-tuned, un-tuned, scratch")] = "fine-tuned,un-tuned,scratch",
     n_fine: Annotated[Optional[str], typer.Option("--n-fine", help="Comma-separated examples per class for fine-tuning (default: the profile's)")] = None,
+    scratch_n_fine: Annotated[Optional[str], typer.Option("--scratch-n-fine", help="Run the scratch variant only at these n_fine (default: at all)")] = None,
     encoder: Annotated[str, typer.Option(help="sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model")] = "sru",
     p: Annotated[Optional[float], typer.Option(help="Fraction of labels removed / leaves collapsed (default 0.3)")] = None,
     seed: Annotated[int, typer.Option(help="Base seed: split k uses seed + k")] = 0,
@@ -57,7 +58,7 @@ def reproduce(
     results = run(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
         p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, progress=progress, threads=threads,
-        jobs=jobs, tune=tune, tune_grid=tune_grid,
+        jobs=jobs, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine,
         log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )
     n = len(results["rows"])
