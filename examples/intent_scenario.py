@@ -16,7 +16,7 @@ domains with ``--shots`` examples each; accuracy on the official test split, old
 - ``logreg``: frozen all-MiniLM-L6-v2 + LogisticRegression(class_weight="balanced") retrained on old + new;
 - ``setfit``: SetFit (Tunstall et al. 2022) on the same all-MiniLM-L6-v2, retrained on old + new:
   contrastive fine-tuning of the body for ``--setfit-steps`` batches of 32 pairs, then its logistic
-  regression head (class weights balanced) (needs ``pip install 'dyntc[bench]'``; not in the default list: ~10 min on a CPU).
+  regression head (class weights balanced) (needs ``pip install -e '.[setfit]'``; not in the default list: ~10 min on a CPU).
 
 Also per approach: recall of 5-shot vs many-shot labels and how often new labels are predicted
 (``pred_share_new`` against their true share), and on CLINC150 the out-of-scope rejection after
@@ -90,8 +90,11 @@ def run_classifier(params, train, support, test_texts, calibration):
 def run_setfit(fit_texts, fit_labels, test_texts, steps, seed):
     import tempfile
 
-    from datasets import Dataset
-    from setfit import SetFitModel, Trainer, TrainingArguments
+    try:
+        from datasets import Dataset
+        from setfit import SetFitModel, Trainer, TrainingArguments
+    except ImportError as exc:
+        raise SystemExit(f"the setfit approach needs SetFit ({exc}): pip install -e '.[setfit]'") from exc
 
     from dyntc.encoders.pretrained import resolve_backbone
 

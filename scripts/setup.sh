@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs dyntc with its pinned requirements, all extras included.
+# Creates .venv (if missing) and installs dyntc with its pinned requirements, all extras included
+# except `setfit` (a benchmark peer only: pip install -e '.[setfit]').
 # torch is installed first and alone so that no other package can pull a different build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
