@@ -239,6 +239,53 @@ def test_merge_then_split_recovers_the_labels(clf, clinc):
     assert np.mean(nearer) >= 0.75
 
 
+def test_a_merged_label_keeps_one_prototype_per_part(clf, clinc, tmp_path):
+    """merge_labels: the merged label's score is the nearest of its parts' scores (exactly the scores
+    the merged labels had), every other label's is unchanged; parts survive save/load, restore,
+    fine_tune and merging again; new examples join the nearest part."""
+    texts = [t for y in OLD for t in clinc["test"][y][:5]]
+    before = clf.decision_function(texts)
+    index = {c: i for i, c in enumerate(clf.classes_)}
+    clf.merge_labels(["alarm", "timer"], into="clock")
+    after = clf.decision_function(texts)
+    expected = np.maximum(before[:, index["alarm"]], before[:, index["timer"]])  # scores are -d²
+    np.testing.assert_allclose(after[:, clf.classes_.index("clock")], expected, rtol=1e-4, atol=1e-5)
+    for name in set(OLD) - {"alarm", "timer"}:
+        np.testing.assert_allclose(after[:, clf.classes_.index(name)], before[:, index[name]], rtol=1e-4, atol=1e-5)
+    support = clf.labels_.support("clock")
+    assert support.n_parts == 2 and support.stored_parts() == [0] * 100 + [1] * 100
+
+    clf.add_examples("clock", ["wake me up at six tomorrow", "set a timer for ten minutes"])
+    assert clf.labels_.support("clock").parts[-2:] == (0, 1)  # the alarm part, the timer part
+
+    back = DynamicClassifier.load(clf.save(tmp_path / "m"))
+    assert back.labels_.support("clock").parts == clf.labels_.support("clock").parts
+    np.testing.assert_allclose(back.decision_function(texts), clf.decision_function(texts), rtol=1e-5, atol=1e-6)
+    with DynamicClassifier.edit(tmp_path / "m") as edit:
+        edit.merge_labels(["clock", "weather"], into="misc")
+    assert DynamicClassifier.load(tmp_path / "m").labels_.support("misc").n_parts == 3
+    DynamicClassifier.restore(tmp_path / "m", 1)
+    assert DynamicClassifier.load(tmp_path / "m").labels_.support("clock").n_parts == 2
+
+    clf.fine_tune(episodes=2)
+    assert clf.labels_.support("clock").n_parts == 2
+
+
+def test_stores_from_before_label_parts_are_upgraded(fitted, tmp_path):
+    import sqlite3
+
+    path = fitted.save(tmp_path / "m")
+    db = sqlite3.connect(path / "dyntc.sqlite")
+    db.execute("ALTER TABLE examples DROP COLUMN part")
+    db.commit()
+    db.close()
+    back = DynamicClassifier.load(path)
+    assert back.predict(["wake me up at 7"]) == fitted.predict(["wake me up at 7"])
+    back.merge_labels(["alarm", "timer"], into="clock")
+    back.save(path)
+    assert DynamicClassifier.load(path).labels_.support("clock").n_parts == 2
+
+
 def test_split_with_reassign_moves_old_examples_to_nearest_new_label(clf, clinc):
     old_texts = clf.support("balance")
     parts = {"balance_check": ["what is my balance", "how much money do i have"],

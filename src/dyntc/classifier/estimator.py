@@ -366,22 +366,30 @@ class DynamicClassifier:
             model, pool_texts, pool_labels, items, dev_pair, self._train_config(episodes, self.lr if lr is None else lr))
         self.space_.weights_changed()
         self.calibration_ = None  # distances moved: calibrate again
-        if add_to_support and new_texts:
-            all_texts, all_labels = pool_texts, pool_labels
         log = self._labels.log + [{"op": "fine_tune", "episodes": self.fine_tune_result_.steps,
                                    "examples": len(new_texts)}]
-        self._install(all_texts, all_labels, items[: len(all_texts)])
+        all_parts = [p for _, s in stored for p in s.stored_parts()]
+        self._install(all_texts, all_labels, items[: len(all_texts)], all_parts)
+        if add_to_support and new_texts:  # as add_examples does: into the nearest part of a merged label
+            by_label: dict[str, list[str]] = {}
+            for text, label in zip(new_texts, new_labels):
+                by_label.setdefault(label, []).append(text)
+            for label, texts in by_label.items():
+                self._labels.add_examples(label, texts)
         self._labels.log = log
         return self
 
-    def _install(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None) -> None:
-        """A fresh label set from (`texts`, `labels`): every text embedded again, every prototype rebuilt."""
+    def _install(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None,
+                 parts: Sequence[int] | None = None) -> None:
+        """A fresh label set from (`texts`, `labels`) (and each text's part of its label, for merged
+        labels): every text embedded again, every prototype rebuilt."""
         points = self.space_.embed(texts, items)
         groups: dict[str, list[int]] = {}
         for i, y in enumerate(labels):
             groups.setdefault(y, []).append(i)
         self._labels = LabelSet.from_groups(self.space_, {
-            y: ([texts[i] for i in idx], points[torch.as_tensor(idx, dtype=torch.long)].clone())
+            y: ([texts[i] for i in idx], points[torch.as_tensor(idx, dtype=torch.long)].clone(),
+                None if parts is None else [parts[i] for i in idx])
             for y, idx in groups.items()
         }, debias=self.debias)
         self._labels.changed = set(groups)

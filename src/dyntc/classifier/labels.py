@@ -1,7 +1,10 @@
 """The label set of a :class:`~dyntc.classifier.DynamicClassifier`: support examples and prototypes.
 
 For every label the set keeps its support texts, their points in the metric space (computed once,
-when the examples arrive) and its prototype. A label operation touches only the labels it names:
+when the examples arrive) and its prototype. A label made by merging others keeps one prototype per
+merged label (its *parts*) and a text's distance to it is the distance to the nearest part: the mean
+of two unrelated intents lies between them, far from both (docs/results.md §9.2). New examples of
+such a label join its nearest part. A label operation touches only the labels it names:
 their prototypes are recomputed (one batched mean over those labels) and no stored example is
 re-encoded. :class:`Support` objects are never modified in place, so :meth:`LabelSet.copy` is a
 cheap copy-on-write snapshot: a reader holding the old set keeps seeing the old labels while a
@@ -35,10 +38,30 @@ from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError
 
 @dataclass(frozen=True)
 class Support:
-    """One label's support set: its texts and their points (CPU, float32)."""
+    """One label's support set: its texts, their points (CPU, float32) and each one's part."""
 
     texts: tuple[str, ...]
     points: torch.Tensor  # (n, dim)
+    parts: tuple[int, ...] = ()  # per example its part 0..k-1, every part non-empty; () = a single part
+
+    @property
+    def n_parts(self) -> int:
+        return max(self.parts) + 1 if self.parts else 1
+
+    def part_ids(self) -> torch.Tensor:
+        return torch.as_tensor(self.parts, dtype=torch.long) if self.parts else torch.zeros(len(self.texts), dtype=torch.long)
+
+    def stored_parts(self) -> list[int]:
+        return list(self.parts) if self.parts else [0] * len(self.texts)
+
+    @classmethod
+    def of(cls, texts: Sequence[str], points: torch.Tensor, parts: Sequence[int] | None = None) -> "Support":
+        """A support set; `parts` renumbered 0..k-1 in order of first appearance (one part: stored as ())."""
+        order: dict[int, int] = {}
+        ids = tuple(order.setdefault(int(p), len(order)) for p in (parts or ()))
+        if ids and len(ids) != len(texts):
+            raise DyntcError(f"a support set has {len(texts)} texts but {len(ids)} part ids: the store is damaged")
+        return cls(tuple(texts), points, ids if len(order) > 1 else ())
 
 
 def check_name(name: Any, arg: str = "name") -> str:
@@ -71,25 +94,26 @@ class LabelSet:
         self.debias = debias
         self._support: dict[str, Support] = {}
         self._prototypes: dict[str, torch.Tensor] = {}
-        self._spread: dict[str, float] = {}  # label -> sum of its support points' d² to its prototype
-        self._matrix: torch.Tensor | None = None
+        self._spread: dict[str, float] = {}  # label -> sum of its support points' d² to their part's prototype
+        self._matrix: torch.Tensor | None = None  # every part's prototype, labels in `classes` order
+        self._owner: torch.Tensor | None = None  # the label index of each row of _matrix
         self._correction: torch.Tensor | None = None
         self.changed: set[str] = set()
         self.log: list[dict] = []
 
     @classmethod
-    def from_groups(cls, space: MetricSpace, groups: Mapping[str, tuple[Sequence[str], torch.Tensor]], *,
-                    debias: bool = True) -> "LabelSet":
-        """A set from ``{label: (texts, points)}``; every prototype computed in one batch."""
+    def from_groups(cls, space: MetricSpace, groups: Mapping[str, tuple], *, debias: bool = True) -> "LabelSet":
+        """A set from ``{label: (texts, points)}`` or ``{label: (texts, points, parts)}``; every
+        prototype computed in one batch."""
         self = cls(space, debias=debias)
-        self._support = {name: Support(tuple(texts), points) for name, (texts, points) in sorted(groups.items())}
+        self._support = {name: Support.of(*group) for name, group in sorted(groups.items())}
         self._refresh(self._support)
         return self
 
     def copy(self) -> "LabelSet":
         other = LabelSet(self.space, debias=self.debias)
         other._support, other._prototypes, other._matrix = dict(self._support), dict(self._prototypes), self._matrix
-        other._spread, other._correction = dict(self._spread), self._correction
+        other._spread, other._correction, other._owner = dict(self._spread), self._correction, self._owner
         other.changed, other.log = set(self.changed), list(self.log)
         return other
 
@@ -115,27 +139,45 @@ class LabelSet:
         return {c: len(self._support[c].texts) for c in self.classes}
 
     def prototypes(self) -> torch.Tensor:
-        """``(n_classes, dim)`` in ``classes`` order."""
+        """Every part's prototype, ``(n_parts_total, dim)``, labels in ``classes`` order (one row per
+        label unless labels were merged; :meth:`prototype_owner` maps rows to labels)."""
         if self._matrix is None:
-            self._matrix = torch.stack([self._prototypes[c] for c in self.classes])
+            classes = self.classes
+            self._matrix = torch.cat([self._prototypes[c] for c in classes])
+            self._owner = torch.repeat_interleave(torch.arange(len(classes)),
+                                                  torch.tensor([len(self._prototypes[c]) for c in classes]))
         return self._matrix
 
+    def prototype_owner(self) -> torch.Tensor:
+        """The label index (in ``classes``) of each row of :meth:`prototypes`."""
+        self.prototypes()
+        return self._owner
+
     def sq_distances(self, points: torch.Tensor) -> torch.Tensor:
-        """Squared distances from `points` to every prototype, ``(n, n_classes)``; with ``debias`` each
-        label's ``σ²/n_c`` subtracted (module docstring), so an entry can be slightly negative."""
+        """Squared distances from `points` to every label, ``(n, n_classes)``: to its nearest part's
+        prototype; with ``debias`` each part's ``σ²/n_part`` subtracted first (module docstring), so an
+        entry can be slightly negative."""
         d2 = self.space.sq_distances(points, self.prototypes())
-        return d2 - self.support_correction() if self.debias else d2
+        if self.debias:
+            d2 = d2 - self.support_correction()
+        owner = self.prototype_owner()
+        if len(owner) == len(self):
+            return d2
+        out = torch.full((len(points), len(self)), float("inf"), dtype=d2.dtype)
+        return out.scatter_reduce(1, owner.expand(len(points), -1), d2, reduce="amin")
 
     def pooled_spread(self) -> float:
-        """σ²: the within-label spread ``Σ_c Σ_i d²(x_ci, p_c) / Σ_c (n_c - 1)``; 0 if no label has two examples."""
-        dof = sum(len(s.texts) - 1 for s in self._support.values())
+        """σ²: the within-label spread ``Σ_c Σ_i d²(x_ci, p_c) / Σ_c (n_c - 1)`` (over parts, for merged
+        labels); 0 if no label has two examples."""
+        dof = sum(len(s.texts) - s.n_parts for s in self._support.values())
         return sum(self._spread.values()) / dof if dof > 0 else 0.0
 
     def support_correction(self) -> torch.Tensor:
-        """``σ²/n_c`` per label, ``(n_classes,)`` in ``classes`` order: the expected excess squared
-        distance to a prototype estimated from ``n_c`` examples."""
+        """``σ²/n`` per row of :meth:`prototypes` (per label, unless merged): the expected excess
+        squared distance to a prototype estimated from ``n`` examples."""
         if self._correction is None:
-            counts = torch.tensor([len(self._support[c].texts) for c in self.classes], dtype=torch.float32)
+            counts = torch.cat([torch.bincount(self._support[c].part_ids(), minlength=self._support[c].n_parts)
+                                for c in self.classes]).to(torch.float32)
             self._correction = self.pooled_spread() / counts
         return self._correction
 
@@ -176,7 +218,11 @@ class LabelSet:
         self.require(name)
         examples = check_examples(examples)
         new, old = self._new_support(examples), self._support[name]
-        self._set(name, Support(old.texts + new.texts, torch.cat([old.points, new.points])))
+        parts = old.parts
+        if old.n_parts > 1:  # each new example joins the nearest part of a merged label
+            nearest = self.space.sq_distances(new.points, self._prototypes[name]).argmin(1)
+            parts = old.parts + tuple(nearest.tolist())
+        self._set(name, Support(old.texts + new.texts, torch.cat([old.points, new.points]), parts))
         self._refresh([name])
         self.log.append({"op": "add_examples", "label": name, "examples": len(examples)})
 
@@ -232,9 +278,14 @@ class LabelSet:
             self.require(n, "names")
         self.require_new(into, "into", allowed=names)
         merged = [self._support[n] for n in names]
+        parts, offset = [], 0
+        for s in merged:  # each merged label's parts stay parts of the new one
+            parts += (s.part_ids() + offset).tolist()
+            offset += s.n_parts
         for n in names:
             self._set(n, None)
-        self._set(into, Support(tuple(t for s in merged for t in s.texts), torch.cat([s.points for s in merged])))
+        self._set(into, Support(tuple(t for s in merged for t in s.texts), torch.cat([s.points for s in merged]),
+                                tuple(parts)))
         self._refresh([into])
         self.log.append({"op": "merge_labels", "labels": names, "into": into})
 
@@ -249,22 +300,29 @@ class LabelSet:
         self._set(new, support)
         self._prototypes[new] = proto
         self._spread[new] = self._spread.pop(old)
-        self._matrix = self._correction = None
+        self._matrix = self._correction = self._owner = None
         self.log.append({"op": "rename_label", "label": old, "to": new})
 
     def _refresh(self, names: Iterable[str]) -> None:
         """Recompute the prototypes of `names`; drop those of labels that no longer exist."""
         names = [n for n in dict.fromkeys(names) if n in self._support]
-        groups = [self._support[n].points for n in names]
+        groups, label_of = [], []  # one group per part of each label
+        for i, n in enumerate(names):
+            support = self._support[n]
+            ids = support.part_ids()
+            groups += [support.points[ids == p] for p in range(support.n_parts)]
+            label_of += [i] * support.n_parts
         protos = self.space.means(groups)
-        self._prototypes.update({n: protos[i] for i, n in enumerate(names)})
-        if names:  # each point's squared distance to its own label's prototype, in one batch
+        if names:  # each point's squared distance to its own part's prototype, in one batch
+            label_of = torch.tensor(label_of)
+            for i, n in enumerate(names):
+                self._prototypes[n] = protos[label_of == i]
             points = torch.cat(groups)
-            owner = torch.repeat_interleave(torch.arange(len(names)), torch.tensor([len(g) for g in groups]))
-            own = self.space.sq_distances(points, protos).gather(1, owner[:, None]).squeeze(1).double()
-            sums = torch.zeros(len(names), dtype=torch.float64).index_add_(0, owner, own)
+            group = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g) for g in groups]))
+            own = self.space.sq_distances(points, protos).gather(1, group[:, None]).squeeze(1).double()
+            sums = torch.zeros(len(names), dtype=torch.float64).index_add_(0, label_of[group], own)
             self._spread.update({n: float(sums[i]) for i, n in enumerate(names)})
         for gone in set(self._prototypes) - set(self._support):
             del self._prototypes[gone]
             self._spread.pop(gone, None)
-        self._matrix = self._correction = None
+        self._matrix = self._correction = self._owner = None

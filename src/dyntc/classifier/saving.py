@@ -66,7 +66,8 @@ def commit(clf: Any, txn: Transaction, op: str, *, check_base: bool = False) -> 
                 "calibration": None if clf.calibration_ is None else clf.calibration_.to_dict()}
     labels = clf._labels
     names = labels.changed if incremental else labels.classes
-    changes = {n: ((s.texts, s.points) if n in labels else None) for n in names for s in [labels._support.get(n)]}
+    changes = {n: ((s.texts, s.points, s.stored_parts()) if n in labels else None)
+               for n in names for s in [labels._support.get(n)]}
     log = labels.log or [{"op": op}]
     return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
                       weights=data if data is not None else key, labels=changes, replace_all=not incremental)
@@ -92,7 +93,7 @@ def from_snapshot(cls: type, snap: Snapshot) -> Any:
     params.setdefault("debias", False)  # saved before the support-size correction existed: predict as then
     clf = cls(**params)
     clf.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **clf._space_options())
-    if any(p.shape[1] != clf.space_.dim for _, p in snap.labels.values()):
+    if any(group[1].shape[1] != clf.space_.dim for group in snap.labels.values()):
         raise DyntcError(f"the stored points do not have the model's {clf.space_.dim} coordinates: the store is damaged")
     clf._labels = LabelSet.from_groups(clf.space_, snap.labels, debias=clf.debias)
     stored = doc.get("calibration")

@@ -10,8 +10,9 @@ Tables:
   JSON). A version that does not change the weights, which is every label operation with a
   pretrained encoder, stores no new weights.
 - ``versions(id, created, op, detail, model, weights, n_labels, n_examples)``: one row per commit.
-- ``examples(id, label, text, point, added, removed)``: every support example ever stored, with the
-  version that added it and the one that removed it (NULL while it is alive). A label operation
+- ``examples(id, label, text, point, added, removed, part)``: every support example ever stored, with
+  the version that added it and the one that removed it (NULL while it is alive), and the part of
+  its label it belongs to (a merged label keeps one prototype per merged label; 0 otherwise). A label operation
   closes the rows of the labels it changes and inserts their new rows, so it stores only what
   changed; the state of any version is the rows alive at it.
 
@@ -55,7 +56,7 @@ CREATE TABLE IF NOT EXISTS versions (
 );
 CREATE TABLE IF NOT EXISTS examples (
     id INTEGER PRIMARY KEY, label TEXT NOT NULL, text TEXT NOT NULL, point BLOB NOT NULL,
-    added INTEGER NOT NULL, removed INTEGER
+    added INTEGER NOT NULL, removed INTEGER, part INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS examples_alive ON examples (removed, label);
 """
@@ -70,7 +71,7 @@ class Snapshot:
     document: dict  # model and encoder config, encoder files, classifier params, calibration
     weights: bytes  # safetensors
     weights_hash: str
-    labels: dict[str, tuple[list[str], torch.Tensor]]  # label -> (texts, points (n, dim) float32)
+    labels: dict[str, tuple[list[str], torch.Tensor, list[int]]]  # label -> (texts, points (n, dim) float32, parts)
 
 
 def _now() -> str:
@@ -94,6 +95,17 @@ def _points_tensor(blobs: Sequence[bytes], dim: int) -> torch.Tensor:
     if not blobs:
         return torch.zeros(0, dim)
     return torch.from_numpy(np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy())
+
+
+def _add_part_column(db: sqlite3.Connection) -> None:
+    """Stores written before labels had parts (one prototype per merged label) get the column, all 0."""
+    if any(row[1] == "part" for row in db.execute("PRAGMA table_info(examples)")):
+        return
+    try:
+        db.execute("ALTER TABLE examples ADD COLUMN part INTEGER NOT NULL DEFAULT 0")
+    except sqlite3.OperationalError as exc:  # another process added it first
+        if "duplicate column" not in str(exc):
+            raise
 
 
 def store_file(path: str | Path) -> Path:
@@ -137,6 +149,7 @@ class ModelStore:
                                  f"{STORE_FORMAT}: use the dyntc version that wrote it")
             if store.head(db) == 0:
                 raise DyntcError(f"{store.file} has no committed version (its first save was interrupted): save again")
+            _add_part_column(db)
         return store
 
     @classmethod
@@ -209,16 +222,17 @@ class ModelStore:
         document = json.loads(self._blob(db, row[0]).decode("utf-8"))
         weights = self._blob(db, row[1])
         rows = db.execute(
-            "SELECT label, text, point FROM examples WHERE added <= ?1 AND (removed IS NULL OR removed > ?1) ORDER BY id",
-            (version,),
+            "SELECT label, text, point, part FROM examples WHERE added <= ?1 AND (removed IS NULL OR removed > ?1) "
+            "ORDER BY id", (version,),
         ).fetchall()
-        grouped: dict[str, tuple[list[str], list[bytes]]] = {}
-        for label, text, point in rows:
-            texts, points = grouped.setdefault(label, ([], []))
+        grouped: dict[str, tuple[list[str], list[bytes], list[int]]] = {}
+        for label, text, point, part in rows:
+            texts, points, parts = grouped.setdefault(label, ([], [], []))
             texts.append(text)
             points.append(point)
+            parts.append(part)
         dim = document.get("dim", 0)
-        labels = {name: (texts, _points_tensor(points, dim)) for name, (texts, points) in sorted(grouped.items())}
+        labels = {name: (texts, _points_tensor(points, dim), parts) for name, (texts, points, parts) in sorted(grouped.items())}
         return Snapshot(self._meta(db, "store_id") or "", version, document, weights, row[1], labels)
 
     @staticmethod
@@ -290,12 +304,12 @@ class Transaction:
         detail: object,
         document: dict,
         weights: bytes | str,
-        labels: Mapping[str, tuple[Sequence[str], torch.Tensor] | None],
+        labels: Mapping[str, tuple[Sequence[str], torch.Tensor, Sequence[int]] | None],
         replace_all: bool,
     ) -> int:
         """Write a new version; returns its id.
 
-        `labels` maps each changed label to its full new support ``(texts, points)``, or to None if
+        `labels` maps each changed label to its full new support ``(texts, points, parts)``, or to None if
         it no longer exists; with `replace_all` every other label is removed too. `weights` is the
         safetensors bytes, or the hash of weights already in the store."""
         version = self.head + 1
@@ -315,9 +329,10 @@ class Transaction:
         for name, support in labels.items():
             if support is None:
                 continue
-            texts, points = support
-            rows.extend((name, text, blob, version) for text, blob in zip(texts, _points_blob(points)))
-        self.db.executemany("INSERT INTO examples (label, text, point, added) VALUES (?, ?, ?, ?)", rows)
+            texts, points, parts = support
+            rows.extend((name, text, blob, version, part)
+                        for text, blob, part in zip(texts, _points_blob(points), parts, strict=True))
+        self.db.executemany("INSERT INTO examples (label, text, point, added, part) VALUES (?, ?, ?, ?, ?)", rows)
         n_labels, n_examples = self.db.execute(
             "SELECT COUNT(DISTINCT label), COUNT(*) FROM examples WHERE removed IS NULL").fetchone()
         self.db.execute("INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -334,7 +349,7 @@ class Transaction:
         new = head + 1
         self.db.execute("UPDATE examples SET removed = ? WHERE removed IS NULL", (new,))
         self.db.execute(
-            "INSERT INTO examples (label, text, point, added) SELECT label, text, point, ?1 FROM examples "
+            "INSERT INTO examples (label, text, point, added, part) SELECT label, text, point, ?1, part FROM examples "
             "WHERE added <= ?2 AND (removed IS NULL OR removed > ?2) ORDER BY id", (new, version))
         n_labels, n_examples = self.db.execute(
             "SELECT COUNT(DISTINCT label), COUNT(*) FROM examples WHERE removed IS NULL").fetchone()
