@@ -87,7 +87,7 @@ def run_classifier(params, train, support, test_texts, calibration):
     return out
 
 
-def run_setfit(fit_texts, fit_labels, test_texts, steps, seed):
+def run_setfit(fit_texts, fit_labels, test_texts, steps, seed, class_weight):
     import tempfile
 
     try:
@@ -100,8 +100,8 @@ def run_setfit(fit_texts, fit_labels, test_texts, steps, seed):
 
     # balanced class weights, as for ``logreg``: SetFit's default head (plain LogisticRegression) never
     # predicts the 5-example labels next to 100-example ones (2% new-intent accuracy on CLINC150)
-    model = SetFitModel.from_pretrained(str(resolve_backbone("minilm")),
-                                        head_params={"class_weight": "balanced", "max_iter": 2000})
+    head = {"class_weight": "balanced", "max_iter": 2000} if class_weight == "balanced" else {}
+    model = SetFitModel.from_pretrained(str(resolve_backbone("minilm")), head_params=head)
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(output_dir=tmp, batch_size=32, num_epochs=1, max_steps=steps, seed=seed,
                                  report_to="none", save_strategy="no", show_progress_bar=False)
@@ -119,6 +119,8 @@ def main() -> None:
     ap.add_argument("--approaches", default=",".join(DEFAULT_APPROACHES))
     ap.add_argument("--time-budget", type=float, default=600.0, help="training seconds per trained DynamicClassifier")
     ap.add_argument("--setfit-steps", type=int, default=300, help="SetFit body training steps (batches of 32 pairs)")
+    ap.add_argument("--setfit-class-weight", default="balanced", choices=["balanced", "none"],
+                    help="SetFit's logistic head: balanced class weights, or its default (none)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -166,7 +168,7 @@ def main() -> None:
             x_fit, x_test = frozen_embeddings(fit_texts), frozen_embeddings(test_texts)
             t0 = time.perf_counter()
             if name == "setfit":
-                out = run_setfit(fit_texts, fit_labels, test_texts, args.setfit_steps, args.seed)
+                out = run_setfit(fit_texts, fit_labels, test_texts, args.setfit_steps, args.seed, args.setfit_class_weight)
             elif name == "centroid":
                 classes = sorted(set(fit_labels))
                 y = np.array([classes.index(v) for v in fit_labels])
