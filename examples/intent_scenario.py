@@ -165,7 +165,8 @@ def main() -> None:
         else:
             fit_texts = [t for t, _ in train] + [t for ex in support.values() for t in ex]
             fit_labels = [y for _, y in train] + [n for n, ex in support.items() for _ in ex]
-            x_fit, x_test = frozen_embeddings(fit_texts), frozen_embeddings(test_texts)
+            if name != "setfit":  # SetFit embeds with its own, trained body
+                x_fit, x_test = frozen_embeddings(fit_texts), frozen_embeddings(test_texts)
             t0 = time.perf_counter()
             if name == "setfit":
                 out = run_setfit(fit_texts, fit_labels, test_texts, args.setfit_steps, args.seed, args.setfit_class_weight)

@@ -368,14 +368,16 @@ class DynamicClassifier:
         self.calibration_ = None  # distances moved: calibrate again
         log = self._labels.log + [{"op": "fine_tune", "episodes": self.fine_tune_result_.steps,
                                    "examples": len(new_texts)}]
-        all_parts = [p for _, s in stored for p in s.stored_parts()]
-        self._install(all_texts, all_labels, items[: len(all_texts)], all_parts)
-        if add_to_support and new_texts:  # as add_examples does: into the nearest part of a merged label
-            by_label: dict[str, list[str]] = {}
-            for text, label in zip(new_texts, new_labels):
-                by_label.setdefault(label, []).append(text)
-            for label, texts in by_label.items():
-                self._labels.add_examples(label, texts)
+        parts = [p for _, s in stored for p in s.stored_parts()]
+        merged = {c for c, s in stored if s.n_parts > 1}
+        keep = list(range(len(all_texts)))
+        if add_to_support:  # new examples join their label as they are (part 0), except those of merged labels
+            keep += [len(all_texts) + i for i, y in enumerate(new_labels) if y not in merged]
+            parts += [0] * (len(keep) - len(all_texts))
+        self._install([pool_texts[i] for i in keep], [pool_labels[i] for i in keep], [items[i] for i in keep], parts)
+        if add_to_support:  # a merged label's new examples go to its nearest part, as add_examples does
+            for label in sorted(merged & set(new_labels)):
+                self._labels.add_examples(label, [t for t, y in zip(new_texts, new_labels) if y == label])
         self._labels.log = log
         return self
 
