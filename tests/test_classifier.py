@@ -544,11 +544,51 @@ def test_train_backbone_trains_only_the_top_layers(clinc):
     assert not torch.equal(after[top], before[top])
 
 
+def test_backbone_with_hard_negative_episodes(clinc):
+    """hard_fraction reaches the episode sampler: with more labels than max_classes the training
+    episodes' predictions are recorded as confusability (and the sampler draws partners from it)."""
+    pytest.importorskip("sentence_transformers")
+    from dyntc.data import episodes
+
+    seen = []
+    original = episodes.EpisodeSampler.record
+
+    def spy(self, episode, probs):
+        seen.append((self.hard_fraction, episode.n_classes))
+        return original(self, episode, probs)
+
+    texts, labels = _flat({y: v[:6] for y, v in clinc["train"].items()}, OLD)
+    clf = DynamicClassifier(train="backbone", episodes=2, n_support=2, n_query=8, max_classes=3, hard_fraction=0.5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(episodes.EpisodeSampler, "record", spy)
+        clf.fit(texts, labels)
+    assert seen == [(0.5, 3), (0.5, 3)] and len(set(labels)) > 3
+    assert clf.train_result_.steps == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_train_backbone_on_cuda(clinc):
+    """The same backbone fine-tuning on a GPU: trains, predicts, and matches the CPU embedding of
+    the trained weights."""
+    pytest.importorskip("sentence_transformers")
+    texts, labels = _flat({y: v[:8] for y, v in clinc["train"].items()}, OLD)
+    clf = DynamicClassifier(train="backbone", episodes=5, n_support=2, n_query=12, hard_fraction=0.5,
+                            max_classes=3, device="cuda").fit(texts, labels)
+    assert clf.train_result_.steps == 5
+    on_gpu = clf.encode(texts[:16])
+    pred = clf.predict(texts[:16])
+    clf.set_params(device="cpu")
+    np.testing.assert_allclose(clf.encode(texts[:16]), on_gpu, atol=1e-4)
+    assert clf.predict(texts[:16]) == pred
+
+
 @pytest.mark.parametrize("params, match", [
     (dict(encoder="sru", train="none"), "does not apply to the SRU"),
     (dict(train="everything"), "train must be one of"),
     (dict(train="head", encoder_options={"train_layers": 2}), "train_layers applies to mode='finetune' only"),
     (dict(train="backbone", encoder_options={"train_layers": 0}), "train_layers must be None"),
+    (dict(train="backbone", hard_fraction=1.0), r"hard_fraction must be a number in \[0, 1\), got 1.0"),
+    (dict(train="backbone", hard_fraction="some"), "hard_fraction must be a number"),
 ])
 def test_bad_train_parameters(params, match):
     with pytest.raises(DyntcError, match=match):

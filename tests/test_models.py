@@ -50,10 +50,10 @@ def test_episode_loss_prefers_true_class():
     model = PrototypicalNetwork(IdentityEncoder(), "hyperbolic")
     support = torch.tensor([[0.0, 0, 0], [50.0, 0, 0]])  # hyperbolic d = asinh(50) ≈ 4.6
     query = torch.tensor([[0.1, 0, 0], [49.0, 0, 0]])
-    loss, correct = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([0, 1]), 2)
-    assert correct == 2 and loss.item() < 1e-3
-    loss_wrong, correct = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([1, 0]), 2)
-    assert correct == 0 and loss_wrong.item() > 10
+    loss, logits = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([0, 1]), 2)
+    assert logits.shape == (2, 2) and logits.argmax(1).tolist() == [0, 1] and loss.item() < 1e-3
+    loss_wrong, _ = model.episode_loss({"x": support}, torch.tensor([0, 1]), {"x": query}, torch.tensor([1, 0]), 2)
+    assert loss_wrong.item() > 10
 
 
 def test_knn_probe_majority_vote():
@@ -149,3 +149,61 @@ def test_learnt_scale_gets_a_gradient_and_max_norm_bounds_the_radius():
 def test_option_validation(bad, msg):
     with pytest.raises(DyntcError, match=msg):
         PrototypicalNetwork(IdentityEncoder(), "hyperbolic", **bad)
+
+
+# ---- hard-negative episodes (issue 12) -------------------------------------------------------------
+
+def _confuse(sampler, a, b, n=50):
+    """Record `n` episodes of all 10 classes, one query each, in which the model is nearly always right
+    except that the query of class `a` puts 0.9 of its mass on class `b`."""
+    from dyntc.data.episodes import Episode
+
+    probs = np.full((10, 10), 0.005) + 0.95 * np.eye(10)
+    probs[a] = 0.1 / 9
+    probs[a, b] = 0.9
+    ids = np.arange(10)
+    for _ in range(n):
+        sampler.record(Episode(ids, ids, ids, ids, 10, ids), probs)
+
+
+def test_hard_negative_episodes_pair_confusable_classes():
+    labels = np.repeat(np.arange(10), 10)
+    uniform = EpisodeSampler(labels, n_support=2, n_query=8, max_classes=4, seed=3)
+    hard = EpisodeSampler(labels, n_support=2, n_query=8, max_classes=4, seed=3, hard_fraction=0.5)
+    for sampler in (uniform, hard):
+        _confuse(sampler, 0, 7)
+
+    def together(sampler):
+        eps = [set(labels[sampler.sample().support]) for _ in range(400)]
+        with0 = [e for e in eps if 0 in e]
+        return np.mean([7 in e for e in with0])
+
+    # uniform draw: P(7 | 0) = 3/9; hard draw: whenever 0 or 7 is an anchor the other is its partner
+    # (rate 0.9 against ~0.01), which happens in about half the episodes that hold 0 (~0.66 measured)
+    assert abs(together(uniform) - 1 / 3) < 0.1
+    assert together(hard) > 0.55
+    ep = hard.sample()
+    assert ep.n_classes == 4 and len(set(ep.classes)) == 4 and len(set(labels[ep.support])) == 4
+
+
+def test_hard_negatives_need_more_classes_than_an_episode_holds():
+    labels = np.repeat(np.arange(4), 6)
+    plain = EpisodeSampler(labels, n_support=2, max_classes=50, seed=1)
+    hard = EpisodeSampler(labels, n_support=2, max_classes=50, seed=1, hard_fraction=0.5)
+    a, b = plain.sample(), hard.sample()
+    np.testing.assert_array_equal(a.support, b.support)  # all 4 classes in every episode: nothing to choose
+    np.testing.assert_array_equal(a.query, b.query)
+
+
+def test_hard_negative_bad_input():
+    labels = np.repeat(np.arange(4), 6)
+    with pytest.raises(DyntcError, match=r"hard_fraction must be in \[0, 1\), got 1.0"):
+        EpisodeSampler(labels, n_support=2, hard_fraction=1.0)
+    sampler = EpisodeSampler(labels, n_support=2, max_classes=3)
+    ep = sampler.sample()
+    with pytest.raises(DyntcError, match="query_probs has shape"):
+        sampler.record(ep, np.ones((len(ep.query), 2)))
+    from dyntc.training import TrainConfig
+
+    with pytest.raises(DyntcError, match="hard_fraction"):
+        TrainConfig(hard_fraction=-0.1)

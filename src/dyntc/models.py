@@ -158,11 +158,11 @@ class PrototypicalNetwork(nn.Module):
         query_labels: torch.Tensor,
         n_classes: int,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-entropy over ``softmax(-d²)`` of the queries; returns ``(loss, n_correct)``."""
+        """Cross-entropy over ``softmax(-d²)`` of the queries; returns ``(loss, logits)``, the logits
+        of shape (n_query, n_classes)."""
         protos = self.prototypes(self.embed(**support), support_labels, n_classes)
         logits = self.logits(self.embed(**query), protos)
-        loss = nn.functional.cross_entropy(logits, query_labels)
-        return loss, (logits.argmax(1) == query_labels).sum()
+        return nn.functional.cross_entropy(logits, query_labels), logits
 
 
 class MLPClassifier(nn.Module):

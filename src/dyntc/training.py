@@ -37,6 +37,9 @@ class TrainConfig:
     n_support: int = 4
     n_query: int = 64  # per episode, in total
     max_classes: int = 50
+    # share of an episode's classes drawn as confusable partners of the others (data/episodes.py); only
+    # acts when there are more than max_classes classes
+    hard_fraction: float = 0.0
     eval_every: int = 100  # episodes between dev evaluations
     patience: int = 10  # dev evaluations without improvement before stopping
     # no early stop before this many episodes / epochs: prototypical training at the paper's lr sits at
@@ -56,6 +59,8 @@ class TrainConfig:
                 raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.min_steps < 0:
             raise DyntcError(f"min_steps must be >= 0, got {self.min_steps}")
+        if not 0 <= self.hard_fraction < 1:
+            raise DyntcError(f"hard_fraction must be in [0, 1), got {self.hard_fraction}")
         if not self.lr > 0:
             raise DyntcError(f"lr must be > 0, got {self.lr}")
 
@@ -252,7 +257,7 @@ def train_prototypical(
     model.to(device).train()
     sampler = EpisodeSampler(
         train.labels, n_support=cfg.n_support, n_query=cfg.n_query, max_classes=cfg.max_classes,
-        seed=cfg.seed, names=train.classes,
+        seed=cfg.seed, names=train.classes, hard_fraction=cfg.hard_fraction,
     )
     dev_support = train.per_class(cfg.eval_support_per_class, seed=cfg.seed)
     optimizer = make_optimizer(model, cfg.lr)
@@ -267,10 +272,12 @@ def train_prototypical(
         ep = sampler.sample()
         support = to_device(model.encoder.collate([train.items[i] for i in ep.support]), device)
         query = to_device(model.encoder.collate([train.items[i] for i in ep.query]), device)
-        loss, _ = model.episode_loss(
+        loss, logits = model.episode_loss(
             support, torch.as_tensor(ep.support_labels, device=device),
             query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
         )
+        if cfg.hard_fraction > 0:
+            sampler.record(ep, logits.detach().softmax(1).cpu().numpy())
         if not torch.isfinite(loss):
             raise FloatingPointError(f"episode {step}: loss is {loss.item()} (lower the learning rate?)")
         optimizer.zero_grad(set_to_none=True)

@@ -79,6 +79,10 @@ class DynamicClassifier:
         support examples each and ``n_query`` queries in total; Adam with learning rate ``lr``. With a
         dev set, accuracy is checked every ``eval_every`` episodes and training stops after
         ``patience`` checks without improvement (the best weights are kept).
+    hard_fraction
+        With more labels than ``max_classes``, the share of each episode's labels drawn as the most
+        confusable partners of the others (confusability learnt from the training episodes' own
+        predictions) rather than at random; 0 = the paper's uniform draw.
     extend_vocab
         Append the GloVe-known new words of later examples to the SRU vocabulary (see module doc).
     debias
@@ -109,6 +113,7 @@ class DynamicClassifier:
         n_support: int = 4,
         n_query: int = 64,
         max_classes: int = 50,
+        hard_fraction: float = 0.0,
         eval_every: int = 100,
         patience: int = 10,
         time_budget_s: float | None = None,
@@ -133,6 +138,7 @@ class DynamicClassifier:
         self.n_support = n_support
         self.n_query = n_query
         self.max_classes = max_classes
+        self.hard_fraction = hard_fraction
         self.eval_every = eval_every
         self.patience = patience
         self.time_budget_s = time_budget_s
@@ -223,7 +229,7 @@ class DynamicClassifier:
 
         return TrainConfig(
             lr=lr, max_episodes=episodes, n_support=self.n_support, n_query=self.n_query,
-            max_classes=self.max_classes, eval_every=self.eval_every, patience=self.patience,
+            max_classes=self.max_classes, hard_fraction=self.hard_fraction, eval_every=self.eval_every, patience=self.patience,
             time_budget_s=self.time_budget_s, seed=self.seed, device=str(self._check_device(self.device)),
             progress=self.progress,
         )
