@@ -7,6 +7,7 @@ which saves a torch import per call.
 
 import contextlib
 import csv
+import importlib.util
 import io
 import json
 import os
@@ -235,3 +236,11 @@ def test_fit_train_and_debias_options(tmp_path):
     assert clf.debias is False and clf.train is None and not clf.labels_.debias
     code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m2", "--train", "everything")
     assert code == 2 and "train must be one of" in err and not (tmp_path / "m2").exists()
+    if importlib.util.find_spec("onnxruntime") is not None:
+        code, out, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m3", "--runtime", "onnx")
+        assert code == 0, err
+        assert DynamicClassifier.load(tmp_path / "m3").model_.encoder.cfg.runtime == "onnx"
+    code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--runtime", "tensorrt")
+    assert code == 2 and "runtime must be one of" in err and not (tmp_path / "m4").exists()
+    code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--hard-fraction", "1.5")
+    assert code == 2 and "hard_fraction must be a number in [0, 1)" in err
