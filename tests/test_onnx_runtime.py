@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -119,3 +121,13 @@ def test_runtime_bad_input(texts, cache, monkeypatch):
     monkeypatch.setattr("dyntc.encoders.pretrained._BACKBONES", {})
     with pytest.raises(DyntcError, match=r"need onnxruntime, which is not installed: pip install"):
         _embed("onnx", ["a text"])
+
+
+def test_cache_off_exports_to_a_temporary_directory(texts, monkeypatch):
+    monkeypatch.setenv("DYNTC_CACHE", "off")
+    monkeypatch.setattr("dyntc.encoders.pretrained._BACKBONES", {})
+    monkeypatch.setattr(onnx_runtime, "_TEMP_DIRS", {})
+    batch = [t for t, _ in texts["test"][:4]]
+    np.testing.assert_allclose(_embed("onnx", batch), _embed("torch", batch), atol=2e-6)
+    (folder,) = onnx_runtime._TEMP_DIRS.values()
+    assert [p.name for p in Path(folder).iterdir()] == ["model.onnx"]

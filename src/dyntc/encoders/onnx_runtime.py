@@ -14,8 +14,10 @@ atomically; a temporary directory when the cache is off) and rebuilt only when m
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import warnings
@@ -104,7 +106,10 @@ def model_file(model, sample: dict[str, torch.Tensor], name: str, runtime: str, 
     if cache_root is not None:
         folder = cache_root / "onnx" / name
     else:
-        folder = Path(_TEMP_DIRS.setdefault(name, tempfile.mkdtemp(prefix="dyntc-onnx-")))
+        if name not in _TEMP_DIRS:
+            _TEMP_DIRS[name] = tempfile.mkdtemp(prefix="dyntc-onnx-")
+            atexit.register(shutil.rmtree, _TEMP_DIRS[name], ignore_errors=True)
+        folder = Path(_TEMP_DIRS[name])
     target = folder / ("model-int8.onnx" if runtime == "onnx-int8" else "model.onnx")
     if target.is_file():
         return target
