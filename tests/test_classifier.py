@@ -587,7 +587,7 @@ def test_train_backbone_on_cuda(clinc):
     (dict(train="everything"), "train must be one of"),
     (dict(train="head", encoder_options={"train_layers": 2}), "train_layers applies to mode='finetune' only"),
     (dict(train="backbone", encoder_options={"train_layers": 0}), "train_layers must be None"),
-    (dict(train="backbone", hard_fraction=1.0), r"hard_fraction must be a number in \[0, 1\), got 1.0"),
+    (dict(train="backbone", hard_fraction=0.6), r"hard_fraction must be a number in \[0, 0.5\].*got 0.6"),
     (dict(train="backbone", hard_fraction="some"), "hard_fraction must be a number"),
 ])
 def test_bad_train_parameters(params, match):

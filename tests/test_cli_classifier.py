@@ -243,4 +243,4 @@ def test_fit_train_and_debias_options(tmp_path):
     code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--runtime", "tensorrt")
     assert code == 2 and "runtime must be one of" in err and not (tmp_path / "m4").exists()
     code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--hard-fraction", "1.5")
-    assert code == 2 and "hard_fraction must be a number in [0, 1)" in err
+    assert code == 2 and "hard_fraction must be a number in [0, 0.5]" in err

@@ -167,7 +167,8 @@ def _confuse(sampler, a, b, n=50):
 
 
 def test_hard_negative_episodes_pair_confusable_classes():
-    labels = np.repeat(np.arange(10), 10)
+    values = np.arange(10) * 7 + 3  # label values differ from class positions: the sampler works in positions
+    labels = np.repeat(values, 10)
     uniform = EpisodeSampler(labels, n_support=2, n_query=8, max_classes=4, seed=3)
     hard = EpisodeSampler(labels, n_support=2, n_query=8, max_classes=4, seed=3, hard_fraction=0.5)
     for sampler in (uniform, hard):
@@ -175,8 +176,8 @@ def test_hard_negative_episodes_pair_confusable_classes():
 
     def together(sampler):
         eps = [set(labels[sampler.sample().support]) for _ in range(400)]
-        with0 = [e for e in eps if 0 in e]
-        return np.mean([7 in e for e in with0])
+        with0 = [e for e in eps if values[0] in e]
+        return np.mean([values[7] in e for e in with0])
 
     # uniform draw: P(7 | 0) = 3/9; hard draw: whenever 0 or 7 is an anchor the other is its partner
     # (rate 0.9 against ~0.01), which happens in about half the episodes that hold 0 (~0.66 measured)
@@ -184,6 +185,7 @@ def test_hard_negative_episodes_pair_confusable_classes():
     assert together(hard) > 0.55
     ep = hard.sample()
     assert ep.n_classes == 4 and len(set(ep.classes)) == 4 and len(set(labels[ep.support])) == 4
+    np.testing.assert_array_equal(values[ep.classes][ep.support_labels], labels[ep.support])  # positions -> values
 
 
 def test_hard_negatives_need_more_classes_than_an_episode_holds():
@@ -197,8 +199,8 @@ def test_hard_negatives_need_more_classes_than_an_episode_holds():
 
 def test_hard_negative_bad_input():
     labels = np.repeat(np.arange(4), 6)
-    with pytest.raises(DyntcError, match=r"hard_fraction must be in \[0, 1\), got 1.0"):
-        EpisodeSampler(labels, n_support=2, hard_fraction=1.0)
+    with pytest.raises(DyntcError, match=r"hard_fraction must be in \[0, 0.5\] \(each partner label needs an anchor\), got 0.6"):
+        EpisodeSampler(labels, n_support=2, hard_fraction=0.6)
     sampler = EpisodeSampler(labels, n_support=2, max_classes=3)
     ep = sampler.sample()
     with pytest.raises(DyntcError, match="query_probs has shape"):
@@ -207,3 +209,5 @@ def test_hard_negative_bad_input():
 
     with pytest.raises(DyntcError, match="hard_fraction"):
         TrainConfig(hard_fraction=-0.1)
+    with pytest.raises(DyntcError, match=r"hard_fraction must be in \[0, 0.5\]"):
+        TrainConfig(hard_fraction=0.9)

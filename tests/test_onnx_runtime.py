@@ -13,7 +13,7 @@ from dyntc import DynamicClassifier, DyntcError
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("onnxruntime")
 
-from dyntc.encoders import onnx_runtime  # noqa: E402
+from dyntc.encoders import onnx_runtime, pretrained  # noqa: E402
 from dyntc.encoders.pretrained import PretrainedEncoder  # noqa: E402
 
 LABELS = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather", "translate", "flip_coin"]
@@ -45,12 +45,14 @@ def _embed(runtime, texts):
 def test_onnx_equals_torch(texts, cache):
     batch = [t for t, _ in texts["test"]]
     np.testing.assert_allclose(_embed("onnx", batch), _embed("torch", batch), atol=2e-6)
-    assert (cache / "onnx").is_dir() and len(list((cache / "onnx").glob("*/model.onnx"))) == 1
+    (folder,) = (cache / "onnx").iterdir()
+    assert folder.name.endswith(f"-{onnx_runtime.RECIPE}") and [p.name for p in folder.iterdir()] == ["model.onnx"]
 
 
 def test_onnx_int8_is_close_and_classifies_alike(texts, cache):
-    """Per-channel int8: cosine >= 0.98 to the float32 embedding for every text, and the same
-    nearest-centroid predictions (10-shot centroids of 8 intents) for nearly all test texts."""
+    """Per-channel int8: cosine > 0.98 to the float32 embedding for each of these 80 texts (over 2,000
+    CLINC150 texts the least is 0.95, docs/results.md §9.3), and the same nearest-centroid predictions
+    (10-shot centroids of 8 intents) for nearly all of them."""
     train, test = [t for t, _ in texts["train"]], [t for t, _ in texts["test"]]
     y = np.array([LABELS.index(v) for _, v in texts["train"]])
     preds = {}
@@ -85,9 +87,11 @@ def test_classifier_runtime_round_trip(texts, cache, tmp_path):
     train = texts["train"]
     clf = DynamicClassifier(encoder_options={"runtime": "onnx-int8"}).fit([t for t, _ in train], [y for _, y in train])
     test = [t for t, _ in texts["test"]]
+    expected = clf.predict_proba(test)
+    pretrained._BACKBONES.clear()  # the loaded model embeds afresh (a new process's view), not from memory
     back = DynamicClassifier.load(clf.save(tmp_path / "model"))
     assert back.model_.encoder.cfg.runtime == "onnx-int8"
-    np.testing.assert_array_equal(back.predict_proba(test), clf.predict_proba(test))
+    np.testing.assert_allclose(back.predict_proba(test), expected, atol=1e-6)
     acc = np.mean([p == y for p, (_, y) in zip(back.predict(test), texts["test"])])
     assert acc > 0.85
 
@@ -101,7 +105,9 @@ def test_runtime_bad_input(texts, cache, monkeypatch):
         DynamicClassifier(train="backbone", encoder_options={"runtime": "onnx"}).fit(["a b", "c d"] * 3, ["x", "y"] * 3)
 
     monkeypatch.setattr("dyntc.encoders.pretrained._BACKBONES", {})
-    _embed("onnx", ["warm up"])
+    enc = PretrainedEncoder.create("minilm", num_layers=0, runtime="onnx", cache=False)
+    with pytest.warns(UserWarning, match="runtime='onnx' embeds on the CPU, not on cuda"):
+        enc._frozen.embed(["warm up"], 16, torch.device("cuda"), 8)  # never touches CUDA
     model = next((cache / "onnx").rglob("model.onnx"))
     model.write_bytes(b"not an onnx file")
     monkeypatch.setattr("dyntc.encoders.pretrained._BACKBONES", {})
@@ -131,3 +137,26 @@ def test_cache_off_exports_to_a_temporary_directory(texts, monkeypatch):
     np.testing.assert_allclose(_embed("onnx", batch), _embed("torch", batch), atol=2e-6)
     (folder,) = onnx_runtime._TEMP_DIRS.values()
     assert [p.name for p in Path(folder).iterdir()] == ["model.onnx"]
+
+
+def test_unwritable_cache_falls_back_to_a_temporary_directory(texts, cache, monkeypatch):
+    """An export that cannot be written under DYNTC_CACHE warns and goes to a temporary directory;
+    a half-written export left by a killed process is removed once stale."""
+    blocked = cache / "onnx"
+    blocked.write_text("a file where the folder should be")  # mkdir under it fails
+    monkeypatch.setattr(onnx_runtime, "_TEMP_DIRS", {})
+    with pytest.warns(UserWarning, match="could not write the ONNX export"):
+        _embed("onnx", ["a text"])
+    assert len(onnx_runtime._TEMP_DIRS) == 1
+    blocked.unlink()
+    folder = next(iter(onnx_runtime._TEMP_DIRS.values()))
+    import os
+    import time
+
+    stale = Path(folder) / ".model-int8-1-1.onnx"
+    stale.write_bytes(b"half")
+    os.utime(stale, (time.time() - 2 * onnx_runtime.STALE_SECONDS,) * 2)
+    monkeypatch.setenv("DYNTC_CACHE", "off")
+    pretrained._BACKBONES.clear()
+    _embed("onnx-int8", ["a text"])
+    assert not stale.exists() and (Path(folder) / "model-int8.onnx").is_file()

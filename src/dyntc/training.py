@@ -37,8 +37,8 @@ class TrainConfig:
     n_support: int = 4
     n_query: int = 64  # per episode, in total
     max_classes: int = 50
-    # share of an episode's classes drawn as confusable partners of the others (data/episodes.py); only
-    # acts when there are more than max_classes classes
+    # share of an episode's classes (at most 0.5) drawn as confusable partners of the others
+    # (data/episodes.py); only acts when there are more than max_classes classes
     hard_fraction: float = 0.0
     eval_every: int = 100  # episodes between dev evaluations
     patience: int = 10  # dev evaluations without improvement before stopping
@@ -59,8 +59,8 @@ class TrainConfig:
                 raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.min_steps < 0:
             raise DyntcError(f"min_steps must be >= 0, got {self.min_steps}")
-        if not 0 <= self.hard_fraction < 1:
-            raise DyntcError(f"hard_fraction must be in [0, 1), got {self.hard_fraction}")
+        if not 0 <= self.hard_fraction <= 0.5:
+            raise DyntcError(f"hard_fraction must be in [0, 0.5], got {self.hard_fraction}")
         if not self.lr > 0:
             raise DyntcError(f"lr must be > 0, got {self.lr}")
 
@@ -276,10 +276,10 @@ def train_prototypical(
             support, torch.as_tensor(ep.support_labels, device=device),
             query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
         )
-        if cfg.hard_fraction > 0:
-            sampler.record(ep, logits.detach().softmax(1).cpu().numpy())
         if not torch.isfinite(loss):
             raise FloatingPointError(f"episode {step}: loss is {loss.item()} (lower the learning rate?)")
+        if cfg.hard_fraction > 0:
+            sampler.record(ep, logits.detach().softmax(1).cpu().numpy())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

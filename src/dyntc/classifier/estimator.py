@@ -80,9 +80,10 @@ class DynamicClassifier:
         dev set, accuracy is checked every ``eval_every`` episodes and training stops after
         ``patience`` checks without improvement (the best weights are kept).
     hard_fraction
-        With more labels than ``max_classes``, the share of each episode's labels drawn as the most
-        confusable partners of the others (confusability learnt from the training episodes' own
-        predictions) rather than at random; 0 = the paper's uniform draw.
+        With more labels than ``max_classes``, the share of each episode's labels (at most 0.5)
+        drawn as confusable partners of the others rather than at random: each partner is drawn
+        for a random anchor label with probability proportional to how confusable the two are,
+        learnt from the training episodes' own predictions. 0 (default) = the paper's uniform draw.
     extend_vocab
         Append the GloVe-known new words of later examples to the SRU vocabulary (see module doc).
     debias

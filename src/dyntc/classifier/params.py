@@ -37,8 +37,8 @@ def validate_params(clf: Any) -> None:
         _need(is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
     _need(is_int(clf.max_classes) and clf.max_classes >= 2,
           f"max_classes must be an integer >= 2, got {clf.max_classes!r}")
-    _need(is_number(clf.hard_fraction) and 0 <= clf.hard_fraction < 1,
-          f"hard_fraction must be a number in [0, 1), got {clf.hard_fraction!r}")
+    _need(is_number(clf.hard_fraction) and 0 <= clf.hard_fraction <= 0.5,
+          f"hard_fraction must be a number in [0, 0.5] (each partner label needs an anchor), got {clf.hard_fraction!r}")
     _need(clf.dropout is None or (is_number(clf.dropout) and 0 <= clf.dropout < 1),
           f"dropout must be in [0, 1), got {clf.dropout!r}")
     _need(is_number(clf.lr) and clf.lr > 0, f"lr must be a number > 0, got {clf.lr!r}")

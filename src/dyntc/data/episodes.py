@@ -46,8 +46,8 @@ class EpisodeSampler:
             raise DyntcError(f"n_support must be >= 1, got {n_support}")
         if n_query < 1:
             raise DyntcError(f"n_query must be >= 1, got {n_query}")
-        if not 0.0 <= hard_fraction < 1.0:
-            raise DyntcError(f"hard_fraction must be in [0, 1), got {hard_fraction}")
+        if not 0.0 <= hard_fraction <= 0.5:
+            raise DyntcError(f"hard_fraction must be in [0, 0.5] (each partner label needs an anchor), got {hard_fraction}")
         if max_classes < 2:
             raise DyntcError(f"max_classes must be >= 2, got {max_classes}")
         labels = np.asarray(labels)
@@ -69,6 +69,7 @@ class EpisodeSampler:
         self.rng = np.random.default_rng(seed)
         self.hard_fraction = hard_fraction
         k = len(classes)
+        # class positions 0..k-1 (indices into self.classes / self.by_class) throughout.
         # confusion[a, b]: softmax mass that queries of class a put on class b (summed over episodes),
         # exposure[a, b]: how many queries of a met b; the prior (one query with uniform mass) keeps
         # never-met pairs drawable
@@ -80,7 +81,8 @@ class EpisodeSampler:
         n_hard = int(round(self.hard_fraction * self.n_way)) if self.n_way < k else 0
         if n_hard == 0:
             return self.rng.choice(k, size=self.n_way, replace=False)
-        # anchors at random, each followed by one partner drawn by confusability, until n_hard partners
+        # anchors at random, each followed by one partner drawn with probability proportional to its
+        # confusion rate with the anchor, until n_hard partners
         rate = self.confusion / self.exposure
         rate = rate + rate.T  # confusable either way
         free = np.ones(k, dtype=bool)

