@@ -39,10 +39,10 @@ from dyntc.classifier.calibration import Calibration, check_max_drop, check_thre
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.classifier.model import MetricSpace
 from dyntc.classifier import saving
-from dyntc.classifier.params import validate_params
+from dyntc.classifier.params import (
+    encoder_options, network_options, space_options, train_config, training_mode, validate_params,
+)
 from dyntc.errors import DyntcError, NotFittedError, is_int, is_number
-
-BACKBONE_LAYERS = 2  # train="backbone": the top transformer layers trained (docs/results.md §9)
 
 
 class DynamicClassifier:
@@ -196,52 +196,10 @@ class DynamicClassifier:
 
         return check_device(device, "device")
 
-    def _training(self) -> str:
-        """`train` resolved: what fit trains (see the class docstring)."""
-        if self.train is not None:
-            return self.train
-        return "encoder" if self.encoder == "sru" else "none"
-
-    def _encoder_options(self) -> dict:
-        training = self._training()
-        if self.encoder == "sru":
-            options = {"hidden_size": self.hidden_size, "num_layers": self.num_layers, "dropout": self.dropout,
-                       "max_len": self.max_len, "embeddings": self.embeddings}
-        elif training == "head":
-            options = {"mode": "frozen", "hidden_size": self.hidden_size, "num_layers": self.num_layers,
-                       "dropout": self.dropout, "max_len": self.max_len}
-        elif training == "backbone":
-            options = {"mode": "finetune", "num_layers": 0, "max_len": self.max_len, "train_layers": BACKBONE_LAYERS}
-        else:
-            options = {"mode": "frozen", "num_layers": 0, "max_len": self.max_len}
-        return {**options, **(self.encoder_options or {})}  # None values = the encoder's default
-
-    def _network_options(self) -> dict:
-        # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat (ECE 0.89
-        # on CLINC150). Untrained, the scale is fixed near what calibration finds there (1/T ≈ 18); trained,
-        # it is learnt from 10 and settles near 15 (docs/results.md §9)
-        training = self._training()
-        if training == "backbone":
-            return {"logit_scale": 10.0, "learn_scale": True}
-        return {"logit_scale": 16.0} if training == "none" else {}
-
-    def _train_config(self, episodes: int, lr: float):
-        from dyntc.training import TrainConfig
-
-        return TrainConfig(
-            lr=lr, max_episodes=episodes, n_support=self.n_support, n_query=self.n_query,
-            max_classes=self.max_classes, hard_fraction=self.hard_fraction, eval_every=self.eval_every, patience=self.patience,
-            time_budget_s=self.time_budget_s, seed=self.seed, device=str(self._check_device(self.device)),
-            progress=self.progress,
-        )
-
-    def _space_options(self) -> dict:
-        return {"device": str(self.device), "batch_size": self.batch_size, "extend_vocab": self.extend_vocab}
-
     def _sync_space(self) -> None:
         space = getattr(self, "space_", None)
         if space is not None:
-            for name, value in self._space_options().items():
+            for name, value in space_options(self).items():
                 setattr(space, name, value)
 
     # ------------------------------------------------------------------ fitted state
@@ -308,18 +266,18 @@ class DynamicClassifier:
         texts, labels = trainer.check_pairs(texts, labels)
         classes = sorted(set(labels))
         dev_pair = trainer.check_dev(dev, classes)
-        training = self._training()
+        training = training_mode(self)
         if training != "none":
             trainer.episodic_classes(labels, classes, self.n_support)  # fail before building the encoder
         torch.manual_seed(self.seed)
-        encoder = create_encoder(self.encoder, texts, **self._encoder_options())
-        model = PrototypicalNetwork(encoder, self.metric, **self._network_options())
+        encoder = create_encoder(self.encoder, texts, **encoder_options(self))
+        model = PrototypicalNetwork(encoder, self.metric, **network_options(self))
         items = encoder.featurize(texts)  # once, for the episodes and the prototypes
         self.train_result_ = None
         if training != "none":
             self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
-                                                         self._train_config(self.episodes, self.lr))
-        self.space_ = MetricSpace(model, **self._space_options())
+                                                         train_config(self, self.episodes, self.lr))
+        self.space_ = MetricSpace(model, **space_options(self))
         self._install(texts, labels, items)
         self.calibration_ = None
         self._source: tuple[str, int] | None = None
@@ -345,7 +303,7 @@ class DynamicClassifier:
         """
         self._check_fitted()
         if not any(p.requires_grad for p in self.space_.model.parameters()):
-            raise DyntcError(f"this classifier has nothing to train (train={self._training()!r}: a frozen backbone "
+            raise DyntcError(f"this classifier has nothing to train (train={training_mode(self)!r}: a frozen backbone "
                              "without head); fit one with train='backbone' or train='head' to fine-tune")
         if not (is_int(episodes) and episodes >= 1):
             raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
@@ -370,7 +328,7 @@ class DynamicClassifier:
         model = self.space_.model
         items = model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
         self.fine_tune_result_ = trainer.train_episodic(
-            model, pool_texts, pool_labels, items, dev_pair, self._train_config(episodes, self.lr if lr is None else lr))
+            model, pool_texts, pool_labels, items, dev_pair, train_config(self, episodes, self.lr if lr is None else lr))
         self.space_.weights_changed()
         self.calibration_ = None  # distances moved: calibrate again
         log = self._labels.log + [{"op": "fine_tune", "episodes": self.fine_tune_result_.steps,

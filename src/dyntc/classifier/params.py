@@ -1,6 +1,7 @@
-"""Checks of a :class:`~dyntc.classifier.DynamicClassifier`'s constructor parameters (done at ``fit``,
-scikit-learn style: the constructor only stores them). Every mistake is a :class:`DyntcError` naming
-the parameter and what it accepts."""
+"""A :class:`~dyntc.classifier.DynamicClassifier`'s constructor parameters: their checks (done at
+``fit``, scikit-learn style: the constructor only stores them; every mistake is a :class:`DyntcError`
+naming the parameter and what it accepts) and what they mean for the encoder, the network, training
+and the metric space."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from dyntc.errors import DyntcError, is_int, is_number
 
 METRICS = ("euclidean", "hyperbolic")
+BACKBONE_LAYERS = 2  # train="backbone": the top transformer layers trained (docs/results.md §9)
 PRETRAINED_TRAINING = ("none", "backbone", "head")
 
 
@@ -54,6 +56,57 @@ def validate_params(clf: Any) -> None:
     from dyntc.encoders import check_encoder_options
 
     try:
-        check_encoder_options(clf.encoder, **clf._encoder_options())
+        check_encoder_options(clf.encoder, **encoder_options(clf))
     except DyntcError as exc:
         raise DyntcError(f"{exc} (encoder={clf.encoder!r}, encoder_options={clf.encoder_options!r})") from None
+
+
+def training_mode(clf: Any) -> str:
+    """`train` resolved: what fit trains (see the class docstring)."""
+    if clf.train is not None:
+        return clf.train
+    return "encoder" if clf.encoder == "sru" else "none"
+
+
+def encoder_options(clf: Any) -> dict:
+    """Keyword options of the encoder factory; ``encoder_options`` override (None = the encoder's default)."""
+    training = training_mode(clf)
+    if clf.encoder == "sru":
+        options = {"hidden_size": clf.hidden_size, "num_layers": clf.num_layers, "dropout": clf.dropout,
+                   "max_len": clf.max_len, "embeddings": clf.embeddings}
+    elif training == "head":
+        options = {"mode": "frozen", "hidden_size": clf.hidden_size, "num_layers": clf.num_layers,
+                   "dropout": clf.dropout, "max_len": clf.max_len}
+    elif training == "backbone":
+        options = {"mode": "finetune", "num_layers": 0, "max_len": clf.max_len, "train_layers": BACKBONE_LAYERS}
+    else:
+        options = {"mode": "frozen", "num_layers": 0, "max_len": clf.max_len}
+    return {**options, **(clf.encoder_options or {})}
+
+
+def network_options(clf: Any) -> dict:
+    """Keyword options of the :class:`~dyntc.models.PrototypicalNetwork` (its logit scale)."""
+    # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat (ECE 0.89
+    # on CLINC150). Untrained, the scale is fixed near what calibration finds there (1/T ≈ 18); trained,
+    # it is learnt from 10 and settles near 15 (docs/results.md §9)
+    training = training_mode(clf)
+    if training == "backbone":
+        return {"logit_scale": 10.0, "learn_scale": True}
+    return {"logit_scale": 16.0} if training == "none" else {}
+
+
+def train_config(clf: Any, episodes: int, lr: float):
+    """The :class:`~dyntc.training.TrainConfig` of `clf`'s episodic training."""
+    from dyntc.training import TrainConfig
+
+    return TrainConfig(
+        lr=lr, max_episodes=episodes, n_support=clf.n_support, n_query=clf.n_query,
+        max_classes=clf.max_classes, hard_fraction=clf.hard_fraction, eval_every=clf.eval_every,
+        patience=clf.patience, time_budget_s=clf.time_budget_s, seed=clf.seed,
+        device=str(clf._check_device(clf.device)), progress=clf.progress,
+    )
+
+
+def space_options(clf: Any) -> dict:
+    """The :class:`~dyntc.classifier.model.MetricSpace` attributes that follow `clf`'s parameters at once."""
+    return {"device": str(clf.device), "batch_size": clf.batch_size, "extend_vocab": clf.extend_vocab}

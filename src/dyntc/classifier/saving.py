@@ -17,6 +17,7 @@ from typing import Any
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
 from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.params import space_options
 from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
 from dyntc.errors import DyntcError, is_int
 
@@ -92,7 +93,7 @@ def from_snapshot(cls: type, snap: Snapshot) -> Any:
     params["device"] = "cpu"
     params.setdefault("debias", False)  # saved before the support-size correction existed: predict as then
     clf = cls(**params)
-    clf.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **clf._space_options())
+    clf.space_ = MetricSpace.from_document(doc, snap.weights, snap.weights_hash, **space_options(clf))
     if any(group[1].shape[1] != clf.space_.dim for group in snap.labels.values()):
         raise DyntcError(f"the stored points do not have the model's {clf.space_.dim} coordinates: the store is damaged")
     clf._labels = LabelSet.from_groups(clf.space_, snap.labels, debias=clf.debias)
