@@ -303,10 +303,19 @@ def test_jobs_must_be_a_positive_integer(small_sent, tmp_path):
     assert not (tmp_path / "results.json").exists()  # refused before any work
 
 
-def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path):
-    """Every unit takes its seeds from derive_seed and featurizes the same way in its own process."""
+def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path, monkeypatch):
+    """Every unit takes its seeds from derive_seed and featurizes the same way in its own process.
+    The parent also rewrites the report while units run (here at every message): rows stay the same."""
+    from dyntc import runner
+    from dyntc.protocol import ProtocolRun
+
     out, sequential = tiny_run
+    writes = []
+    original = ProtocolRun.write_report
+    monkeypatch.setattr(runner, "REPORT_EVERY_S", 0.0)
+    monkeypatch.setattr(ProtocolRun, "write_report", lambda self: (writes.append(len(self.results["rows"])), original(self))[1])
     parallel = run_tiny(small_sent, tmp_path, jobs=2)
+    assert len(writes) > 4 and writes[0] < writes[-1]  # 3 units: more reports than units, rows growing
     assert parallel["finished"] and parallel["jobs"] == 2
     key = lambda r: (r["model"], r["variant"], r["n_fine"], r["split"])  # noqa: E731
     assert [key(r) for r in parallel["rows"]] == [key(r) for r in sequential["rows"]]  # the plan's order

@@ -31,6 +31,8 @@ from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
 from dyntc.protocol import Profile, ProtocolRun, RunPlan, Unit, make_plan, tune_profile
 
+REPORT_EVERY_S = 600.0  # with --jobs N, tables.md and the plots are also rewritten this often (not only per unit)
+
 # ---- planned work (upper bounds) -----------------------------------------------------------------
 
 
@@ -236,6 +238,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
     by_name = {u.name: u for u in units}
     running: dict[str, str] = {}  # worker -> unit
     n_done = 0
+    reported = time.perf_counter()
     try:
         for p in procs:
             p.start()
@@ -256,6 +259,11 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
             kind = item[0]
             if kind == "log":
                 run.log(item[1])
+                if time.perf_counter() - reported > REPORT_EVERY_S:
+                    # a unit takes up to hours: keep tables.md and the plots current for a run that is stopped
+                    run._save()
+                    run.write_report()
+                    reported = time.perf_counter()
             elif kind == "work":
                 progress.report(item[1], item[2], item[3])
             elif kind == "start":
@@ -271,6 +279,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
                 progress.unit_done(by_name[item[1]], item[2], item[3], n_done, len(units))
                 run._save()  # fetch the workers' rows for the tables
                 run.write_report()
+                reported = time.perf_counter()
         for p in procs:
             p.join(timeout=30)
     finally:
