@@ -95,8 +95,10 @@ class LabelSet:
         self._support: dict[str, Support] = {}
         self._prototypes: dict[str, torch.Tensor] = {}
         self._spread: dict[str, float] = {}  # label -> sum of its support points' d² to their part's prototype
-        self._matrix: torch.Tensor | None = None  # every part's prototype, labels in `classes` order
-        self._owner: torch.Tensor | None = None  # the label index of each row of _matrix
+        # (every part's prototype, labels in `classes` order; the label index of each row), made lazily
+        # and set in one assignment: the service's threads read a committed set concurrently, and a
+        # reader must never see the matrix of one fill beside the owners of none (a race seen under load)
+        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
         self._correction: torch.Tensor | None = None
         self.changed: set[str] = set()
         self.log: list[dict] = []
@@ -112,8 +114,8 @@ class LabelSet:
 
     def copy(self) -> "LabelSet":
         other = LabelSet(self.space, debias=self.debias)
-        other._support, other._prototypes, other._matrix = dict(self._support), dict(self._prototypes), self._matrix
-        other._spread, other._correction, other._owner = dict(self._spread), self._correction, self._owner
+        other._support, other._prototypes, other._rows = dict(self._support), dict(self._prototypes), self._rows
+        other._spread, other._correction = dict(self._spread), self._correction
         other.changed, other.log = set(self.changed), list(self.log)
         return other
 
@@ -141,26 +143,29 @@ class LabelSet:
     def prototypes(self) -> torch.Tensor:
         """Every part's prototype, ``(n_parts_total, dim)``, labels in ``classes`` order (one row per
         label unless labels were merged; :meth:`prototype_owner` maps rows to labels)."""
-        if self._matrix is None:
-            classes = self.classes
-            self._matrix = torch.cat([self._prototypes[c] for c in classes])
-            self._owner = torch.repeat_interleave(torch.arange(len(classes)),
-                                                  torch.tensor([len(self._prototypes[c]) for c in classes]))
-        return self._matrix
+        return self._prototype_rows()[0]
 
     def prototype_owner(self) -> torch.Tensor:
         """The label index (in ``classes``) of each row of :meth:`prototypes`."""
-        self.prototypes()
-        return self._owner
+        return self._prototype_rows()[1]
+
+    def _prototype_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = self._rows
+        if rows is None:
+            classes = self.classes
+            owner = torch.repeat_interleave(torch.arange(len(classes)),
+                                            torch.tensor([len(self._prototypes[c]) for c in classes]))
+            rows = self._rows = (torch.cat([self._prototypes[c] for c in classes]), owner)
+        return rows
 
     def sq_distances(self, points: torch.Tensor) -> torch.Tensor:
         """Squared distances from `points` to every label, ``(n, n_classes)``: to its nearest part's
         prototype; with ``debias`` each part's ``σ²/n_part`` subtracted first (module docstring), so an
         entry can be slightly negative."""
-        d2 = self.space.sq_distances(points, self.prototypes())
+        matrix, owner = self._prototype_rows()
+        d2 = self.space.sq_distances(points, matrix)
         if self.debias:
             d2 = d2 - self.support_correction()
-        owner = self.prototype_owner()
         if len(owner) == len(self):
             return d2
         out = torch.full((len(points), len(self)), float("inf"), dtype=d2.dtype)
@@ -175,11 +180,12 @@ class LabelSet:
     def support_correction(self) -> torch.Tensor:
         """``σ²/n`` per row of :meth:`prototypes` (per label, unless merged): the expected excess
         squared distance to a prototype estimated from ``n`` examples."""
-        if self._correction is None:
+        correction = self._correction
+        if correction is None:
             counts = torch.cat([torch.bincount(self._support[c].part_ids(), minlength=self._support[c].n_parts)
                                 for c in self.classes]).to(torch.float32)
-            self._correction = self.pooled_spread() / counts
-        return self._correction
+            correction = self._correction = self.pooled_spread() / counts
+        return correction
 
     def require(self, name: Any, arg: str = "name") -> str:
         check_name(name, arg)
@@ -300,7 +306,7 @@ class LabelSet:
         self._set(new, support)
         self._prototypes[new] = proto
         self._spread[new] = self._spread.pop(old)
-        self._matrix = self._correction = self._owner = None
+        self._rows = self._correction = None
         self.log.append({"op": "rename_label", "label": old, "to": new})
 
     def _refresh(self, names: Iterable[str]) -> None:
@@ -325,4 +331,4 @@ class LabelSet:
         for gone in set(self._prototypes) - set(self._support):
             del self._prototypes[gone]
             self._spread.pop(gone, None)
-        self._matrix = self._correction = self._owner = None
+        self._rows = self._correction = None
