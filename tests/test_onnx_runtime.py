@@ -160,3 +160,13 @@ def test_unwritable_cache_falls_back_to_a_temporary_directory(texts, cache, monk
     pretrained._BACKBONES.clear()
     _embed("onnx-int8", ["a text"])
     assert not stale.exists() and (Path(folder) / "model-int8.onnx").is_file()
+
+
+def test_a_failing_export_is_a_clear_error(cache, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("unsupported operator")
+
+    monkeypatch.setattr(onnx_runtime, "export", broken)
+    with pytest.raises(DyntcError, match=r"could not build the 'onnx' model of this backbone \(RuntimeError: unsupported operator\); use runtime='torch'"):
+        _embed("onnx", ["a text"])
+    assert not list((cache / "onnx").rglob("*.onnx"))  # nothing half-written left

@@ -125,10 +125,16 @@ def _build(model, sample: dict[str, torch.Tensor], folder: Path, runtime: str) -
             stale.unlink(missing_ok=True)
     tmp = folder / f".{target.stem}-{os.getpid()}-{threading.get_ident()}.onnx"
     try:
-        if runtime == "onnx-int8":
-            quantize(_build(model, sample, folder, "onnx"), tmp)
-        else:
-            export(model, sample, tmp)
+        try:
+            if runtime == "onnx-int8":
+                quantize(_build(model, sample, folder, "onnx"), tmp)
+            else:
+                export(model, sample, tmp)
+        except (OSError, DyntcError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the exporter and quantizer raise many types
+            raise DyntcError(f"could not build the {runtime!r} model of this backbone ({type(exc).__name__}: {exc}); "
+                             "use runtime='torch'") from exc
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
