@@ -278,6 +278,48 @@ def test_config_mismatch_is_an_error_unless_forced(tiny_run, small_sent, tmp_pat
     assert forced["pretraining"]["0"]["euc"]["steps"] <= 7
 
 
+def test_embeddings_option_is_checked_and_not_in_the_fingerprint(tmp_path):
+    glove = tmp_path / "glove.txt"
+    glove.write_text("the 0.5 0.25\n", encoding="utf-8")
+    plan = make_plan("sent", "paper", embeddings=glove)
+    assert plan.embeddings == str(glove.resolve()) and plan.fingerprint() == make_plan("sent", "paper").fingerprint()
+    with pytest.raises(DyntcError, match="--embeddings .*missing.txt' is not a file"):
+        make_plan("sent", "paper", embeddings=tmp_path / "missing.txt")
+    with pytest.raises(DyntcError, match="applies to the sru encoder only"):
+        make_plan("sent", "paper", encoder="minilm", models="logreg", embeddings=glove)
+
+
+def test_resume_with_a_glove_subset_file_and_refusal_of_other_vectors(tiny_run, small_sent, tmp_path, counted):
+    """A subset file of the packaged vectors resumes a run (e.g. on a GPU host without the package);
+    a file with other vectors is refused before it can mix two encoders' cells in one table."""
+    import shutil
+
+    from dyntc.text import write_glove_subset
+
+    out, results = tiny_run
+    recorded = results["vocabulary"]
+    assert recorded["dim"] == 50 and recorded["words"] > 100 and len(recorded["sha256"]) == 64
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    data = json.loads((run_dir / "results.json").read_text())
+    data["rows"] = [r for r in data["rows"] if not (r["model"] == "euc" and r["variant"] == "un-tuned" and r["n_fine"] == 5)]
+    (run_dir / "results.json").write_text(json.dumps(data))
+    subset = tmp_path / "glove-sent.txt"
+    write_glove_subset(small_sent.train.texts, subset)
+    resumed = run_tiny(small_sent, run_dir, embeddings=subset)
+    assert [_without_timings(r) for r in resumed["rows"]] == [_without_timings(r) for r in results["rows"]]
+    assert resumed["vocabulary"] == recorded and counted[0].calls == 0  # the cell came from the cached pretraining
+    lines = subset.read_text(encoding="utf-8").splitlines()
+    word, *values = lines[0].split(" ")
+    lines[0] = " ".join([word, str(float(values[0]) + 0.5), *values[1:]])
+    other = tmp_path / "glove-other.txt"
+    other.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data["rows"] = [r for r in resumed["rows"] if not (r["model"] == "euc" and r["variant"] == "un-tuned")]
+    (run_dir / "results.json").write_text(json.dumps({**resumed, "rows": data["rows"]}))
+    with pytest.raises(DyntcError, match="vocabulary built from .*glove-other.txt .*differs from the one"):
+        run_tiny(small_sent, run_dir, embeddings=other)
+
+
 def test_cli_reports_bad_input_without_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "dyntc", "reproduce", "--dataset", "sent", "--profile", "nope", "--out", str(tmp_path)],

@@ -65,3 +65,19 @@ def test_vocabulary_extension_with_a_glove_file_lacking_the_new_words(tmp_path):
     assert enc.extend_vocabulary(["lost bags qwzx"]) == 1 and "bags" in enc.vocab.index
     with pytest.raises(DyntcError, match="no GloVe vector"):
         glove_lookup(["qwzx"], path)
+
+
+def test_glove_subset_rebuilds_the_packaged_vocabulary_bit_for_bit(tmp_path, small_sent):
+    from dyntc.text import write_glove_subset
+
+    path = tmp_path / "glove-sent.txt"
+    written, seen = write_glove_subset(small_sent.train.texts + ["qqqzzzxxy zebra"], path)
+    assert 0 < written < seen  # words GloVe does not know (qqqzzzxxy, some handles) are left out
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == written and not any(line.startswith("qqqzzzxxy ") for line in lines)
+    assert all(len(line.split(" ")) == 51 for line in lines)
+    vocab_pkg, matrix_pkg = build_vocabulary_and_embeddings(small_sent.train.texts)
+    vocab_file, matrix_file = build_vocabulary_and_embeddings(small_sent.train.texts, embeddings=path)
+    assert vocab_pkg.tokens == vocab_file.tokens
+    assert matrix_pkg.dtype == matrix_file.dtype == np.float32
+    assert np.array_equal(matrix_pkg, matrix_file)  # shortest round-tripping decimals: not one bit lost

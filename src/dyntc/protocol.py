@@ -27,6 +27,7 @@ GloVe is frozen, so this leaks no label information) and reused by every split, 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
 import shutil
@@ -316,6 +317,10 @@ class RunPlan:
     seed: int
     device: str
     scratch_n_fine: tuple[int, ...] | None = None  # the scratch variant only at these n_fine (None: at all)
+    # GloVe text file for the sru encoder (None: the packaged glove.6B.50d). Not in the fingerprint: the
+    # vocabulary digest in results.json guards resumes instead, so a subset file of the same vectors
+    # (``dyntc export-glove``) resumes a run made with the package, e.g. on a GPU host without it.
+    embeddings: str | None = None
 
     def cells(self, split: int) -> list[tuple[str, str, int, int]]:
         return [
@@ -347,6 +352,7 @@ def make_plan(
     device: str = "cpu",
     settings: dict[str, str] | None = None,
     scratch_n_fine: str | tuple[int, ...] | None = None,
+    embeddings: str | Path | None = None,
 ) -> RunPlan:
     """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
 
@@ -403,9 +409,16 @@ def make_plan(
                              f"got {list(scratch) if scratch else 'none'}")
         if "scratch" not in chosen_variants:
             raise DyntcError("--scratch-n-fine is given but the scratch variant is not among --variants")
+    if embeddings is not None:
+        if encoder != "sru":
+            raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {encoder}")
+        if not Path(embeddings).is_file():
+            raise DyntcError(f"--embeddings {str(embeddings)!r} is not a file: pass a GloVe text file "
+                             "('word v1 ... vd' per line, e.g. from dyntc export-glove), or omit it for the packaged glove.6B.50d")
+        embeddings = str(Path(embeddings).resolve())
     hp["splits"], hp["n_fine"] = n_splits, list(fine)
     return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
-                   scratch)
+                   scratch, embeddings)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -555,6 +568,8 @@ def merge_results(disk: dict, ours: dict, *, header: bool) -> dict:
         merged[part] = {s: dict(v) for s, v in disk.get(part, {}).items()}
         for s, v in ours.get(part, {}).items():
             merged[part].setdefault(s, {}).update(v)
+    if "vocabulary" in ours:  # a worker may be the first process to build the encoder
+        merged.setdefault("vocabulary", ours["vocabulary"])
     merged["updated"] = _now()
     return merged
 
@@ -656,7 +671,8 @@ class ProtocolRun:
         hp = self.hp
         if self.plan.encoder == "sru":
             dropout = hp["dropout"] if dropout is None else dropout
-            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"])
+            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"],
+                           embeddings=self.plan.embeddings)
         else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
             options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
@@ -665,7 +681,25 @@ class ProtocolRun:
         except TypeError as exc:  # a pretrained encoder that takes fewer options
             raise DyntcError(f"encoder {self.plan.encoder!r} does not accept the profile's options ({exc})") from exc
         self._enc_options = options
+        if self.plan.encoder == "sru":
+            self._check_vocabulary(enc)
         return enc
+
+    def _check_vocabulary(self, enc) -> None:
+        """Record the frozen vocabulary's digest, or refuse one that differs from the run's (a resume
+        with other word vectors would mix two encoders' cells in one table)."""
+        digest = hashlib.sha256("\n".join(enc.vocab.tokens).encode("utf-8"))
+        digest.update(enc.embedding.weight.detach().cpu().numpy().astype("<f4").tobytes())
+        entry = {"words": len(enc.vocab), "dim": int(enc.embedding.weight.shape[1]), "sha256": digest.hexdigest()}
+        known = self.results.get("vocabulary")
+        if known is None:
+            self.results["vocabulary"] = entry
+        elif known != entry:
+            source = self.plan.embeddings or "the packaged glove.6B.50d"
+            raise DyntcError(
+                f"the vocabulary built from {source} ({entry['words']} words x {entry['dim']}) differs from the one "
+                f"{self.results_path} was made with ({known['words']} x {known['dim']}, sha256 {known['sha256'][:12]}...): "
+                "pass the same --embeddings as the run's, another --out, or --force to discard its results")
 
     def _features(self, enc) -> Featurized:
         signature = enc.extra_files()

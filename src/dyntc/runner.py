@@ -313,6 +313,7 @@ def reproduce(
     tune: bool = False,
     tune_grid: str | None = None,
     scratch_n_fine: str | None = None,
+    embeddings: str | Path | None = None,
 ) -> dict:
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
@@ -321,7 +322,8 @@ def reproduce(
     in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
     threads are much slower on a busy machine). `tune` first selects each model's settings on the
     pretraining dev set (:func:`dyntc.protocol.tune_profile`; grid `tune_grid`, see
-    :func:`dyntc.tuning.parse_grid`).
+    :func:`dyntc.tuning.parse_grid`). `embeddings` is a GloVe text file for the sru encoder (default:
+    the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it).
     """
     if not is_int(jobs) or jobs < 1:
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
@@ -333,7 +335,8 @@ def reproduce(
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
     plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                     p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine)
+                     p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine,
+                     embeddings=embeddings)
     if not isinstance(dataset, Dataset):
         from dyntc.data.datasets import load
 
@@ -346,7 +349,7 @@ def reproduce(
             per_model[model] = {**per_model.get(model, {}), **entry["chosen"]}
         prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
         plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                         p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine)
+                         p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings)
     run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning

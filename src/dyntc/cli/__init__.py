@@ -34,6 +34,7 @@ def _register() -> None:
     app.command("datasets")(train.datasets)
     app.command("train")(train.train)
     app.command("reproduce")(reproduce.reproduce)
+    app.command("export-glove")(reproduce.export_glove)
 
     from dyntc.cli import classifier
 
