@@ -14,10 +14,14 @@ own prototypes are too small):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
+from dyntc.classifier.fit import check_pairs
+from dyntc.classifier.labels import check_examples
 from dyntc.errors import DyntcError, is_number
 
 ECE_BINS = 15
@@ -139,3 +143,61 @@ def check_threshold(value: object) -> float:
     if not (is_number(value) and math.isfinite(value) and value > 0):
         raise DyntcError(f"threshold must be a finite distance > 0 (or None to choose it from the data), got {value!r}")
     return float(value)
+
+
+class CalibrationMixin:
+    """:class:`~dyntc.classifier.DynamicClassifier`'s temperature and out-of-scope threshold: the
+    probabilities of ``predict_proba`` and the rejection of ``predict(reject=True)``."""
+
+    @property
+    def temperature_(self) -> float:
+        """The temperature T of :meth:`predict_proba`: calibrated, or before :meth:`calibrate` the model's own
+        (``prior_temperature_``)."""
+        self._check_fitted()
+        return self.calibration_.temperature if self.calibration_ is not None else self.prior_temperature_
+
+    @property
+    def prior_temperature_(self) -> float:
+        """The temperature before calibration: ``1/s`` for the model's logit scale s (its logits are ``-s d²``)."""
+        self._check_fitted()
+        return 1.0 / float(self.space_.model.scale())
+
+    def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
+        """:meth:`predict_proba` from scores ``-d²`` already computed (:meth:`decision_function`)."""
+        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
+
+    def require_calibration(self, what: str) -> Calibration:
+        """The calibration, or a clear error naming `what` needed it."""
+        self._check_fitted()
+        if self.calibration_ is None:
+            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+                             "labelled texts first (fine_tune resets the calibration)")
+        return self.calibration_
+
+    def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
+                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> "DynamicClassifier":
+        """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
+
+        `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).
+        The threshold is the smallest distance to the nearest prototype that costs at most
+        `max_accuracy_drop` accuracy on them when farther texts are rejected; `threshold` sets it
+        instead. `oos_texts` (optional out-of-scope examples) measure the share it rejects. What was
+        fitted and measured (expected calibration error before/after, accuracies, OOS recall) is in
+        ``calibration_``; it is saved with the classifier."""
+        self._check_fitted()
+        max_drop = check_max_drop(max_accuracy_drop)
+        fixed = None if threshold is None else check_threshold(threshold)
+        texts, labels = check_pairs(texts, labels)
+        index = {c: i for i, c in enumerate(self.classes_)}
+        unknown = sorted(set(labels) - index.keys())
+        if unknown:
+            raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
+                             "or leave those texts out (out-of-scope texts go in oos_texts)")
+        oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
+        d2 = self._query(texts)
+        oos_d2 = self._query(oos) if oos else None
+        self.calibration_ = fit_calibration(d2, torch.tensor([index[label] for label in labels]), oos_d2,
+                                            max_accuracy_drop=max_drop, threshold=fixed,
+                                            prior_temperature=self.prior_temperature_)
+        self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
+        return self

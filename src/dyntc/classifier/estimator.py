@@ -15,7 +15,10 @@ changes the support sets, so it takes effect at once, without training::
 The parts: :class:`~dyntc.classifier.model.MetricSpace` (encoder + metric), the
 :class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label operations),
 :mod:`~dyntc.classifier.fit` (training) and :class:`~dyntc.classifier.store.ModelStore`
-(versioned persistence). This class holds the scikit-learn-style parameters and joins them.
+(versioned persistence). This class holds the scikit-learn-style parameters, fit, fine-tuning and
+prediction; its label operations, calibration and persistence methods come from the mixins next to
+what they use: :class:`~dyntc.classifier.labels.LabelOperationsMixin`,
+:class:`~dyntc.classifier.calibration.CalibrationMixin` and :class:`~dyntc.classifier.saving.PersistenceMixin`.
 
 The SRU encoder's vocabulary is fixed at ``fit`` (the training words GloVe knows). With
 ``extend_vocab=True`` (the default) the words of later examples that GloVe knows are appended to it
@@ -27,25 +30,24 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, ContextManager
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from dyntc.classifier import fit as trainer
-from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
-from dyntc.classifier.labels import LabelSet, check_examples
+from dyntc.classifier.calibration import CalibrationMixin
+from dyntc.classifier.labels import LabelOperationsMixin, LabelSet, check_examples
 from dyntc.classifier.model import MetricSpace
-from dyntc.classifier import saving
+from dyntc.classifier.saving import PersistenceMixin
 from dyntc.classifier.params import (
     encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
-from dyntc.errors import DyntcError, NotFittedError, is_int, is_number
+from dyntc.errors import DyntcError, NotFittedError, is_int
 
 
-class DynamicClassifier:
+class DynamicClassifier(LabelOperationsMixin, CalibrationMixin, PersistenceMixin):
     """Nearest-prototype text classifier with an editable label set (scikit-learn conventions).
 
     Parameters (stored as given by the constructor; validated by :meth:`fit`):
@@ -231,14 +233,6 @@ class DynamicClassifier:
     def n_classes_(self) -> int:
         return len(self.labels_)
 
-    def support(self, name: str) -> list[str]:
-        """The support texts of label `name` (a copy)."""
-        return list(self.labels_.support(name).texts)
-
-    def support_counts(self) -> dict[str, int]:
-        """Number of support examples of every label, in ``classes_`` order."""
-        return self.labels_.counts()
-
     def copy(self) -> "DynamicClassifier":
         """A copy with its own label set, sharing the trained network: label operations on the copy
         leave this classifier unchanged (a reader of it keeps seeing the old labels). Training the copy
@@ -302,48 +296,7 @@ class DynamicClassifier:
         than ``n_support + 1`` examples only appear as prototypes, not in episodes.
         """
         self._check_fitted()
-        if not any(p.requires_grad for p in self.space_.model.parameters()):
-            raise DyntcError(f"this classifier has nothing to train (train={training_mode(self)!r}: a frozen backbone "
-                             "without head); fit one with train='backbone' or train='head' to fine-tune")
-        if not (is_int(episodes) and episodes >= 1):
-            raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
-        if lr is not None and not (is_number(lr) and lr > 0):
-            raise DyntcError(f"lr must be a number > 0 (or None for the classifier's lr), got {lr!r}")
-        new_texts: list[str] = []
-        new_labels: list[str] = []
-        if texts is not None or labels is not None:
-            if texts is None or labels is None:
-                raise DyntcError("fine_tune needs both texts and labels (or neither)")
-            new_texts, new_labels = trainer.check_pairs(texts, labels, allow_empty=True)
-            unknown = sorted(set(new_labels) - set(self.classes_))
-            if unknown:
-                raise DyntcError(f"labels {unknown[:5]} are not in the label set: add them with add_label first")
-        dev_pair = trainer.check_dev(dev, self.classes_)  # before anything changes
-        stored = self._labels.items()
-        all_texts = [t for _, s in stored for t in s.texts]
-        all_labels = [c for c, s in stored for _ in s.texts]
-        pool_texts, pool_labels = all_texts + new_texts, all_labels + new_labels
-        trainer.episodic_classes(pool_labels, self.classes_, self.n_support)
-        self.space_.extend_vocabulary(new_texts)
-        model = self.space_.model
-        items = model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
-        self.fine_tune_result_ = trainer.train_episodic(
-            model, pool_texts, pool_labels, items, dev_pair, train_config(self, episodes, self.lr if lr is None else lr))
-        self.space_.weights_changed()
-        self.calibration_ = None  # distances moved: calibrate again
-        log = self._labels.log + [{"op": "fine_tune", "episodes": self.fine_tune_result_.steps,
-                                   "examples": len(new_texts)}]
-        parts = [p for _, s in stored for p in s.stored_parts()]
-        merged = {c for c, s in stored if s.n_parts > 1}
-        keep = list(range(len(all_texts)))
-        if add_to_support:  # new examples join their label as they are (part 0), except those of merged labels
-            keep += [len(all_texts) + i for i, y in enumerate(new_labels) if y not in merged]
-            parts += [0] * (len(keep) - len(all_texts))
-        self._install([pool_texts[i] for i in keep], [pool_labels[i] for i in keep], [items[i] for i in keep], parts)
-        if add_to_support:  # a merged label's new examples go to its nearest part, as add_examples does
-            for label in sorted(merged & set(new_labels)):
-                self._labels.add_examples(label, [t for t, y in zip(new_texts, new_labels) if y == label])
-        self._labels.log = log
+        trainer.fine_tune(self, texts, labels, episodes=episodes, lr=lr, dev=dev, add_to_support=add_to_support)
         return self
 
     def _install(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None,
@@ -397,59 +350,6 @@ class DynamicClassifier:
         Until :meth:`calibrate` fits T it is ``1/s`` for the model's logit scale s (``prior_temperature_``)."""
         return self.proba_from_scores(-self._query(texts))
 
-    @property
-    def temperature_(self) -> float:
-        """The temperature T of :meth:`predict_proba`: calibrated, or before :meth:`calibrate` the model's own
-        (``prior_temperature_``)."""
-        self._check_fitted()
-        return self.calibration_.temperature if self.calibration_ is not None else self.prior_temperature_
-
-    @property
-    def prior_temperature_(self) -> float:
-        """The temperature before calibration: ``1/s`` for the model's logit scale s (its logits are ``-s d²``)."""
-        self._check_fitted()
-        return 1.0 / float(self.space_.model.scale())
-
-    def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
-        """:meth:`predict_proba` from scores ``-d²`` already computed (:meth:`decision_function`)."""
-        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
-
-    def require_calibration(self, what: str) -> Calibration:
-        """The calibration, or a clear error naming `what` needed it."""
-        self._check_fitted()
-        if self.calibration_ is None:
-            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
-                             "labelled texts first (fine_tune resets the calibration)")
-        return self.calibration_
-
-    def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
-                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> "DynamicClassifier":
-        """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
-
-        `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).
-        The threshold is the smallest distance to the nearest prototype that costs at most
-        `max_accuracy_drop` accuracy on them when farther texts are rejected; `threshold` sets it
-        instead. `oos_texts` (optional out-of-scope examples) measure the share it rejects. What was
-        fitted and measured (expected calibration error before/after, accuracies, OOS recall) is in
-        ``calibration_``; it is saved with the classifier."""
-        self._check_fitted()
-        max_drop = check_max_drop(max_accuracy_drop)
-        fixed = None if threshold is None else check_threshold(threshold)
-        texts, labels = trainer.check_pairs(texts, labels)
-        index = {c: i for i, c in enumerate(self.classes_)}
-        unknown = sorted(set(labels) - index.keys())
-        if unknown:
-            raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
-                             "or leave those texts out (out-of-scope texts go in oos_texts)")
-        oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
-        d2 = self._query(texts)
-        oos_d2 = self._query(oos) if oos else None
-        self.calibration_ = fit_calibration(d2, torch.tensor([index[label] for label in labels]), oos_d2,
-                                            max_accuracy_drop=max_drop, threshold=fixed,
-                                            prior_temperature=self.prior_temperature_)
-        self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
-        return self
-
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
         """For every text, the `k` nearest labels as ``(label, distance)``, nearest first."""
         if not (is_int(k) and k >= 1):
@@ -469,94 +369,6 @@ class DynamicClassifier:
         """Accuracy of :meth:`predict` on (`texts`, `labels`)."""
         texts, labels = trainer.check_pairs(texts, labels)
         return float(np.mean([p == y for p, y in zip(self.predict(texts), labels)]))
-
-    # ------------------------------------------------------------------ label operations
-
-    def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
-        """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
-        self.labels_.add_label(name, examples)
-        return self.classes_
-
-    def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
-        """Add support `examples` to the existing label `name`; its prototype moves at once."""
-        self.labels_.add_examples(name, examples)
-        return self.classes_
-
-    def remove_label(self, name: str) -> list[str]:
-        """Remove label `name` (it can no longer be predicted). At least one label must remain."""
-        self.labels_.remove_label(name)
-        return self.classes_
-
-    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
-        """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
-
-        Rule: the given examples define the new labels; the old label and its prototype disappear.
-        A new name may reuse `name` itself but no other existing label. With ``reassign=True`` every
-        stored support example of the old label also joins the new label whose prototype (from the
-        given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
-        """
-        self.labels_.split_label(name, parts, reassign=reassign)
-        return self.classes_
-
-    def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
-        """Merge the labels `names` (at least two) into one label `into` whose support set is their
-        union. `into` may be one of `names` or a new name (not another existing label)."""
-        self.labels_.merge_labels(names, into)
-        return self.classes_
-
-    def rename_label(self, old: str, new: str) -> list[str]:
-        """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
-        self.labels_.rename_label(old, new)
-        return self.classes_
-
-    # ------------------------------------------------------------------ persistence
-
-    def save(self, path: str | Path) -> Path:
-        """Commit the classifier to the model directory `path` as a new version.
-
-        The directory holds a versioned store (:mod:`dyntc.classifier.store`): saving a classifier
-        loaded from `path` stores only the labels changed since, and fails with a clear error if
-        another writer committed in between (its changes would be lost); saving any other classifier
-        replaces the content, keeping the older versions restorable. A crash never leaves half a
-        version on disk.
-        """
-        self._check_fitted()
-        return saving.save(self, path)
-
-    @classmethod
-    def edit(cls, path: str | Path) -> ContextManager["DynamicClassifier"]:
-        """Read-modify-write of a saved classifier under the store's write lock::
-
-            with DynamicClassifier.edit("model/") as clf:
-                clf.add_label("refund", ["I want my money back", ...])
-
-        Concurrent editors (other processes, the HTTP service) wait for each other, so none of
-        their changes is lost; the change is committed as one version when the block ends without
-        error, and discarded otherwise."""
-        return saving.edit(cls, path)
-
-    @classmethod
-    def load(cls, path: str | Path, version: int | None = None) -> "DynamicClassifier":
-        """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
-        afterwards to move it)."""
-        return saving.load(cls, path, version)
-
-    @property
-    def version_(self) -> int | None:
-        """The store version this classifier was loaded from or last committed as (None if never)."""
-        self._check_fitted()
-        return self._source[1] if self._source else None
-
-    @staticmethod
-    def versions(path: str | Path, limit: int | None = None) -> list[dict]:
-        """The committed versions of the classifier saved at `path`, newest first."""
-        return saving.versions(path, limit)
-
-    @staticmethod
-    def restore(path: str | Path, version: int) -> int:
-        """Make `version` of the classifier at `path` its newest version again (a new version; nothing
-        is deleted). Returns the new version's id."""
-        return saving.restore(path, version)
 
     # ------------------------------------------------------------------ misc
 

@@ -332,3 +332,53 @@ class LabelSet:
             del self._prototypes[gone]
             self._spread.pop(gone, None)
         self._rows = self._correction = None
+
+
+class LabelOperationsMixin:
+    """:class:`~dyntc.classifier.DynamicClassifier`'s label operations: each changes the fitted
+    label set (``labels_``) at once and returns the new ``classes_``."""
+
+    def support(self, name: str) -> list[str]:
+        """The support texts of label `name` (a copy)."""
+        return list(self.labels_.support(name).texts)
+
+    def support_counts(self) -> dict[str, int]:
+        """Number of support examples of every label, in ``classes_`` order."""
+        return self.labels_.counts()
+
+    def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
+        self.labels_.add_label(name, examples)
+        return self.classes_
+
+    def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Add support `examples` to the existing label `name`; its prototype moves at once."""
+        self.labels_.add_examples(name, examples)
+        return self.classes_
+
+    def remove_label(self, name: str) -> list[str]:
+        """Remove label `name` (it can no longer be predicted). At least one label must remain."""
+        self.labels_.remove_label(name)
+        return self.classes_
+
+    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
+        """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
+
+        Rule: the given examples define the new labels; the old label and its prototype disappear.
+        A new name may reuse `name` itself but no other existing label. With ``reassign=True`` every
+        stored support example of the old label also joins the new label whose prototype (from the
+        given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
+        """
+        self.labels_.split_label(name, parts, reassign=reassign)
+        return self.classes_
+
+    def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
+        """Merge the labels `names` (at least two) into one label `into` whose support set is their
+        union. `into` may be one of `names` or a new name (not another existing label)."""
+        self.labels_.merge_labels(names, into)
+        return self.classes_
+
+    def rename_label(self, old: str, new: str) -> list[str]:
+        """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
+        self.labels_.rename_label(old, new)
+        return self.classes_

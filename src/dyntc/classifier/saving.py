@@ -2,8 +2,8 @@
 
 A classifier remembers ``(store id, version)`` it was loaded from or last committed as. Committing
 to that store at that version writes only the labels changed since (``LabelSet.changed``); committing
-anywhere else writes the whole label set. :func:`save` refuses to commit over a newer version (its
-changes would be lost); :func:`edit` reads the newest version under the write lock, so it never has
+anywhere else writes the whole label set. :func:`save_classifier` refuses to commit over a newer version (its
+changes would be lost); :func:`edit_classifier` reads the newest version under the write lock, so it never has
 to refuse.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ContextManager
 
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
@@ -25,7 +25,7 @@ from dyntc.errors import DyntcError, is_int
 CLASSIFIER_FORMAT = 2
 
 
-def save(clf: Any, path: str | Path) -> Path:
+def save_classifier(clf: Any, path: str | Path) -> Path:
     path = Path(path)
     store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
     with store.transaction() as txn:
@@ -35,7 +35,7 @@ def save(clf: Any, path: str | Path) -> Path:
 
 
 @contextmanager
-def edit(cls: type, path: str | Path) -> Iterator[Any]:
+def edit_classifier(cls: type, path: str | Path) -> Iterator[Any]:
     store = ModelStore.open(path)
     with store.transaction() as txn:
         clf = from_snapshot(cls, txn.read())
@@ -80,7 +80,7 @@ def mark_committed(clf: Any, store_id: str, version: int) -> None:
     clf._source = (store_id, version)
 
 
-def load(cls: type, path: str | Path, version: int | None = None) -> Any:
+def load_classifier(cls: type, path: str | Path, version: int | None = None) -> Any:
     return from_snapshot(cls, ModelStore.open(path).read(version))
 
 
@@ -103,13 +103,64 @@ def from_snapshot(cls: type, snap: Snapshot) -> Any:
     return clf
 
 
-def versions(path: str | Path, limit: int | None = None) -> list[dict]:
+def list_versions(path: str | Path, limit: int | None = None) -> list[dict]:
     return ModelStore.open(path).versions(limit)
 
 
-def restore(path: str | Path, version: int) -> int:
+def restore_version(path: str | Path, version: int) -> int:
     if not (is_int(version) and version >= 1):
         raise DyntcError(f"version must be an integer >= 1, got {version!r}")
     store = ModelStore.open(path)
     with store.transaction() as txn:
         return txn.restore(version)
+
+
+class PersistenceMixin:
+    """:class:`~dyntc.classifier.DynamicClassifier`'s methods over its versioned model directory."""
+
+    def save(self, path: str | Path) -> Path:
+        """Commit the classifier to the model directory `path` as a new version.
+
+        The directory holds a versioned store (:mod:`dyntc.classifier.store`): saving a classifier
+        loaded from `path` stores only the labels changed since, and fails with a clear error if
+        another writer committed in between (its changes would be lost); saving any other classifier
+        replaces the content, keeping the older versions restorable. A crash never leaves half a
+        version on disk.
+        """
+        self._check_fitted()
+        return save_classifier(self, path)
+
+    @classmethod
+    def edit(cls, path: str | Path) -> ContextManager["DynamicClassifier"]:
+        """Read-modify-write of a saved classifier under the store's write lock::
+
+            with DynamicClassifier.edit("model/") as clf:
+                clf.add_label("refund", ["I want my money back", ...])
+
+        Concurrent editors (other processes, the HTTP service) wait for each other, so none of
+        their changes is lost; the change is committed as one version when the block ends without
+        error, and discarded otherwise."""
+        return edit_classifier(cls, path)
+
+    @classmethod
+    def load(cls, path: str | Path, version: int | None = None) -> "DynamicClassifier":
+        """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
+        afterwards to move it)."""
+        return load_classifier(cls, path, version)
+
+    @property
+    def version_(self) -> int | None:
+        """The store version this classifier was loaded from or last committed as (None if never)."""
+        self._check_fitted()
+        return self._source[1] if self._source else None
+
+    @staticmethod
+    def versions(path: str | Path, limit: int | None = None) -> list[dict]:
+        """The committed versions of the classifier saved at `path`, newest first."""
+        return list_versions(path, limit)
+
+    @staticmethod
+    def restore(path: str | Path, version: int) -> int:
+        """Make `version` of the classifier at `path` its newest version again (a new version; nothing
+        is deleted). Returns the new version's id."""
+        return restore_version(path, version)
