@@ -8,7 +8,7 @@ For every dataset and setting it builds a fresh GloVe + SRU encoder the way ``dy
 does (``create_encoder("sru", train texts, ...)`` with the profile's hidden size, layers, dropout and
 max_len; ``build_model`` on a copy of it) and trains on the dataset's full training split and
 label set, as ``dyntc train`` does. Settings are the protocol's profiles
-(:mod:`dyntc.protocol`): ``quick`` = 1-layer SRU, 32 tokens (NEWS 64), Adam 3e-3; ``paper`` = 4-layer
+(:mod:`dyntc.protocol`): ``quick`` = 2-layer SRU, 32 tokens (NEWS 64), Adam 3e-3; ``paper`` = 4-layer
 SRU, 200 tokens, Adam 1e-3; both hidden 128, dropout 0.5, N_S = 4, N_Q = 64, N_C = all classes (<= 50).
 
 What is timed:

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export DYNTC_DATA="${DYNTC_DATA:-$(cd .. && pwd)/shared/datasets}"
-exec .venv/bin/dyntc reproduce --dataset sent --profile quick --out runs/sent-quick "$@"
+exec .venv/bin/dyntc reproduce --dataset sent --profile quick --jobs "${DYNTC_JOBS:-2}" --out runs/sent-quick "$@"

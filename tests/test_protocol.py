@@ -101,6 +101,30 @@ def test_scratch_n_fine_limits_only_the_scratch_cells_and_not_the_fingerprint():
         make_plan("sent", "paper", variants="fine-tuned", scratch_n_fine="5")
 
 
+def test_scratch_ends_only_profile_field_is_a_selection():
+    plain = make_plan("sent", "quick", settings={"scratch_ends_only": "0"})
+    ends = make_plan("sent", "quick", settings={"scratch_ends_only": "1"})
+    assert plain.scratch_n_fine is None and ends.scratch_n_fine == (5, 100)
+    assert ends.fingerprint() == plain.fingerprint()
+    assert make_plan("sent", "quick", n_fine="10,20,50", settings={"scratch_ends_only": "1"}).scratch_n_fine == (10, 50)
+    assert make_plan("sent", "quick", n_fine="20", settings={"scratch_ends_only": "1"}).scratch_n_fine == (20,)
+    explicit = make_plan("sent", "quick", scratch_n_fine="20", settings={"scratch_ends_only": "1"})
+    assert explicit.scratch_n_fine == (20,)  # the option wins over the profile
+    assert make_plan("sent", "quick", variants="fine-tuned", settings={"scratch_ends_only": "1"}).scratch_n_fine is None
+
+
+def test_finetune_lr_reaches_only_the_fine_tuning_stages_and_old_fingerprints_hold(small_sent, tmp_path):
+    assert "finetune_lr" not in make_plan("sent", "paper").fingerprint()["hyperparameters"]  # older runs resume
+    plan = make_plan("sent", "quick", settings={"finetune_lr": "2e-4"})
+    assert plan.fingerprint()["hyperparameters"]["finetune_lr"] == 2e-4
+    run = protocol.ProtocolRun(small_sent, plan, tmp_path, progress=False, log=lambda msg: None)
+    assert run._cfg("pretrain", 0, model="euc").lr == plan.hp["lr"] == 3e-3
+    assert run._cfg("finetune", 0, model="euc").lr == 2e-4 and run._cfg("finetune", 0, model="mlp").lr == 2e-4
+    unset = make_plan("sent", "quick", settings={"finetune_lr": "none"})
+    plain = protocol.ProtocolRun(small_sent, unset, tmp_path / "b", progress=False, log=lambda msg: None)
+    assert plain._cfg("finetune", 0, model="hyp").lr == unset.hp["lr"]
+
+
 def test_n_fine_must_exceed_n_support_for_metric_models():
     with pytest.raises(DyntcError, match="n_support \\+ 1 = 5"):
         make_plan("sent", "quick", n_fine="4,10")

@@ -117,7 +117,12 @@ class Profile:
     # MLP fine-tuning / scratch: with n_fine examples per class an epoch is only a batch or two, so epochs
     # (and the patience, in epochs) are raised until at least this many batches may run (0 = epochs as given)
     finetune_min_steps: int = 0
+    # Adam's learning rate while fine-tuning and training from scratch (None: the model's lr)
+    finetune_lr: float | None = None
     finetune_eval_support_per_class: int | None = None  # EUC/HYP dev-time prototypes while fine-tuning (test: all n_fine)
+    # the costly scratch variant only at the run's smallest and largest n_fine (the two ends the
+    # pretraining-gain figure compares); a cell selection like --scratch-n-fine, so not in the fingerprint
+    scratch_ends_only: bool = False
     # evaluation
     dev_per_class: dict[str, int | None] = field(default_factory=lambda: {"*": None})  # cap on early-stopping dev sets, per class
     test_per_class: int | None = None  # None = the full test set (always, except in `tiny`)
@@ -178,26 +183,30 @@ QUICK = Profile(
     splits=3,
     n_fine={"*": (5, 10, 20, 100)},
     hidden_size=128,
-    num_layers=1,
+    num_layers=2,
     max_len={"news": 64, "wos": 64, "*": 32},
     lr=3e-3,
-    pretrain_episodes=800,
+    pretrain_episodes=3_000,
     pretrain_epochs=10,
     pretrain_eval_every=100,
-    pretrain_patience=3,
+    pretrain_patience=5,
     pretrain_eval_support_per_class=50,
-    finetune_episodes=60,
+    finetune_episodes=400,
     finetune_epochs=10,
-    finetune_eval_every=20,
-    finetune_patience=2,
+    finetune_eval_every=25,
+    finetune_patience=4,
     finetune_min_steps=60,
+    finetune_lr=1e-3,
     finetune_eval_support_per_class=20,
+    scratch_ends_only=True,
     dev_per_class={"clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
     description=(
-        "CPU-sized: the protocol, models and variants of `paper` with a 1-layer SRU (hidden 128), Adam 3e-3 "
-        "(converges in fewer episodes than 1e-3), texts truncated to 32 tokens (64 for NEWS/WOS), <=800 "
-        "pretraining episodes / 10 epochs, <=60 fine-tuning episodes (>=60 batches for the MLP), dev sets capped "
-        "at 30 examples per class (10 for the 64-150-class datasets), 3 splits, n_fine 5, 10, 20, 100."
+        "CPU-sized, chosen to track `paper` on SENT (docs/results.md §3): the protocol, models and variants of "
+        "`paper` with a 2-layer SRU (hidden 128), texts truncated to 32 tokens (64 for NEWS/WOS), pretraining "
+        "with Adam 3e-3 (fewer episodes than 1e-3) for <=3,000 episodes / 10 epochs with patience 5, "
+        "fine-tuning with Adam 1e-3 for <=400 episodes (dev every 25, patience 4; >=60 batches for the MLP), "
+        "scratch only at the smallest and largest n_fine, dev sets capped at 30 examples per class (10 for "
+        "the 64-150-class datasets), 3 splits, n_fine 5, 10, 20, 100."
     ),
 )
 
@@ -304,6 +313,11 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
     return tuple(dict.fromkeys(names))
 
 
+# Profile fields added after runs were recorded, at the value that behaves as before they existed:
+# left out of the fingerprint at that value, so those runs still resume.
+_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None}
+
+
 @dataclass
 class RunPlan:
     dataset: str
@@ -334,7 +348,8 @@ class RunPlan:
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match between a results directory and a rerun (selection of cells excluded)."""
-        hp = {k: v for k, v in self.hp.items() if k not in ("splits", "n_fine", "description")}
+        hp = {k: v for k, v in self.hp.items() if k not in ("splits", "n_fine", "scratch_ends_only", "description")
+              and not (k in _NEW_FIELD_DEFAULTS and v == _NEW_FIELD_DEFAULTS[k])}
         return {"dataset": self.dataset, "encoder": self.encoder, "seed": self.seed, "hyperparameters": hp}
 
 
@@ -357,8 +372,9 @@ def make_plan(
     """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
 
     `scratch_n_fine` limits the (costly) scratch variant to some of the n_fine values, e.g. the low
-    and the high end that the pretraining-gain figure needs; like the other selections it is not
-    part of the fingerprint, so a run can be resumed with another choice."""
+    and the high end that the pretraining-gain figure needs (without it, a profile with
+    ``scratch_ends_only`` keeps the run's smallest and largest n_fine); like the other selections it
+    is not part of the fingerprint, so a run can be resumed with another choice."""
     from dyntc.data.datasets import resolve_name
 
     try:  # aliases ("20news", ...) get the dataset's own hyperparameters
@@ -409,6 +425,8 @@ def make_plan(
                              f"got {list(scratch) if scratch else 'none'}")
         if "scratch" not in chosen_variants:
             raise DyntcError("--scratch-n-fine is given but the scratch variant is not among --variants")
+    elif hp["scratch_ends_only"] and "scratch" in chosen_variants:
+        scratch = tuple(sorted({fine[0], fine[-1]}))
     if embeddings is not None:
         if encoder != "sru":
             raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {encoder}")
@@ -764,7 +782,7 @@ class ProtocolRun:
             epochs = max(epochs, math.ceil(hp["finetune_min_steps"] / batches))
             patience = max(patience, math.ceil(hp["finetune_min_steps"] / (3 * batches)))
         return TrainConfig(
-            lr=hp["lr"],
+            lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],
