@@ -239,3 +239,72 @@ def test_min_steps_holds_off_early_stopping(sent_encoded):
     assert held.best_dev_acc == max(h["dev_acc"] for h in held.history)
     with pytest.raises(DyntcError, match="min_steps"):
         TrainConfig(min_steps=-1)
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _interrupt_after(n: int):
+    """An on_work callback that stops the loop at its n-th step (as a kill would)."""
+    calls = [0]
+
+    def on_work(_sequences: int) -> None:
+        calls[0] += 1
+        if calls[0] == n:
+            raise _Interrupt
+
+    return on_work
+
+
+@pytest.mark.parametrize("name", ["euc", "hyp", "mlp"])
+def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path, sent_encoded, name):
+    """A loop killed mid-way and restarted with the same snapshot file ends exactly as an
+    uninterrupted one: weights, history and step count (dropout, sampler and batch order included)."""
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(600))
+    supervised = name == "mlp"
+    train_fn = train_supervised if supervised else train_prototypical
+    cfg = dict(lr=FAST_LR, max_episodes=50, max_epochs=4, eval_every=10, patience=10, eval_support_per_class=20,
+               hard_fraction=0.0, seed=3, progress=False)
+
+    def model():
+        torch.manual_seed(0)
+        return build_model(name, _fresh(encoder), len(train.classes))
+
+    plain = model()
+    expected = train_fn(plain, sub, dev, TrainConfig(**cfg))
+    snapshot = tmp_path / "stage.pt"
+    first = model()
+    stop_at = 25 if not supervised else 2 * int(np.ceil(len(sub) / 64)) + 3  # mid-epoch 3 / after episode 25
+    with pytest.raises(_Interrupt):
+        train_fn(first, sub, dev, TrainConfig(**cfg, snapshot=snapshot, on_work=_interrupt_after(stop_at)))
+    saved = torch.load(snapshot, weights_only=True)
+    assert saved["step"] == (2 if supervised else 20) and not saved.get("done")
+    resumed_model = model()
+    resumed = train_fn(resumed_model, sub, dev, TrainConfig(**cfg, snapshot=snapshot))
+    assert resumed.steps == expected.steps and resumed.best_dev_acc == expected.best_dev_acc
+    assert [{k: v for k, v in h.items()} for h in resumed.history] == expected.history
+    for (k, a), b in zip(plain.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b), k
+    # the finished loop's snapshot returns its result without training again
+    again_model = model()
+    again = train_fn(again_model, sub, dev, TrainConfig(**cfg, snapshot=snapshot, on_work=_interrupt_after(1)))
+    assert again.steps == expected.steps and again.history == expected.history
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), again_model.state_dict().values()))
+
+
+def test_snapshot_of_another_config_is_ignored(tmp_path, sent_encoded):
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(600))
+    snapshot = tmp_path / "stage.pt"
+    cfg = dict(lr=FAST_LR, max_episodes=20, eval_every=10, patience=10, eval_support_per_class=20, progress=False)
+    torch.manual_seed(0)
+    train_prototypical(build_model("euc", _fresh(encoder), len(train.classes)), sub, dev, TrainConfig(**cfg, snapshot=snapshot))
+    torch.manual_seed(0)
+    other = build_model("euc", _fresh(encoder), len(train.classes))
+    result = train_prototypical(other, sub, dev, TrainConfig(**{**cfg, "seed": 5}, snapshot=snapshot))
+    torch.manual_seed(0)
+    plain = build_model("euc", _fresh(encoder), len(train.classes))
+    expected = train_prototypical(plain, sub, dev, TrainConfig(**{**cfg, "seed": 5}))
+    assert result.history == expected.history  # trained afresh, not the seed-0 snapshot's result

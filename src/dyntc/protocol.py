@@ -18,7 +18,9 @@ For each random label split (:mod:`dyntc.data.dynamic`) and each model (MLP, EUC
 Accuracy is reported over all test examples (``acc_all``), over those whose true label is a new class
 (``acc_new``) and over the others (``acc_old``). Every finished (model, variant, n_fine, split) cell is
 written at once to ``results.json`` (atomically), so an interrupted run resumes where it stopped.
-Pretrained weights are cached under ``checkpoints/`` of the run directory.
+Pretrained weights are cached under ``checkpoints/`` of the run directory, and so is the state of
+a training stage while it runs (``*.partial.pt``, rewritten at each dev evaluation): a run stopped
+mid-stage resumes that stage where it was, with the same result.
 
 Texts are featurized once per run (the SRU vocabulary comes from the full training split's texts:
 GloVe is frozen, so this leaks no label information) and reused by every split, model and ``n_fine``.
@@ -772,8 +774,13 @@ class ProtocolRun:
 
     # ---- training configs -----------------------------------------------------------------------
 
+    def _snapshot(self, split: int, model: str, *stage: Any) -> Path:
+        """File of a training stage's state while it runs (``checkpoints/``, like the pretrained weights):
+        a run stopped mid-stage resumes that stage from its last dev evaluation, not from its start."""
+        return self.out / "checkpoints" / f"split{split}" / f"{'-'.join(map(str, (model, *stage)))}.partial.pt"
+
     def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None,
-             model: str | None = None) -> TrainConfig:
+             model: str | None = None, snapshot: Path | None = None) -> TrainConfig:
         hp = self.model_hp(model) if model else self.hp
         pre = stage == "pretrain"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
@@ -798,6 +805,7 @@ class ProtocolRun:
             device=self.plan.device,
             progress=self.progress,
             on_work=self._on_work,
+            snapshot=snapshot,
         )
 
     # ---- the units --------------------------------------------------------------------------------
@@ -904,6 +912,7 @@ class ProtocolRun:
             )
             self.results["rows"].append(_ordered(row))
             self._save()
+            self._snapshot(s, model_name, variant, n_fine).unlink(missing_ok=True)
             report(stage, len(d.test) + (len(fine) if variant == "un-tuned" else 0), True)
             acc_new = "n/a" if row["acc_new"] is None else f"{row['acc_new']:.3f}"
             self.log(f"  split {s} {model_name:6s} {variant:10s} n_fine={n_fine:<4d} acc_all={row['acc_all']:.3f} "
@@ -919,7 +928,9 @@ class ProtocolRun:
         if info is not None and info.get("fingerprint") == self.plan.fingerprint():
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
-            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
+            snapshot = self._snapshot(s, model_name, "pretrain")
+            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name,
+                            snapshot=snapshot)
             if model_name == "mlp":
                 result = train_supervised(model, pretrain, dev_old, cfg)
             else:
@@ -927,6 +938,7 @@ class ProtocolRun:
             info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, **_train_info(result),
                     "n_train": len(pretrain), "n_dev": len(dev_old), "history": result.history}
             save_weights(path, model, info)
+            snapshot.unlink(missing_ok=True)
             self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
                      f"in {result.seconds:.0f}s, best dev_old acc {result.best_dev_acc:.3f}")
         self.results["pretraining"].setdefault(str(s), {})[model_name] = {k: v for k, v in info.items() if k != "fingerprint"}
@@ -969,7 +981,8 @@ class ProtocolRun:
         if model_name == "mlp":
             if variant == "fine-tuned":
                 model.replace_head(n_classes)
-            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine), model=model_name))
+            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine), model=model_name,
+                                                                      snapshot=self._snapshot(s, model_name, variant, n_fine)))
             logits = embed(model, model.encoder, test.items)
             pred = logits.argmax(1).cpu().numpy()
         else:
@@ -981,7 +994,8 @@ class ProtocolRun:
             else:
                 if n_support < hp["n_support"]:
                     info["n_support_used"] = n_support
-                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support, model=model_name))
+                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support, model=model_name,
+                                                                            snapshot=self._snapshot(s, model_name, variant, n_fine)))
             model.eval()
             pred = _proto_predict(model, embed_points(model, fine.items), fine.labels, n_classes, embed_points(model, test.items))
         info["train_seconds"] = result.seconds if result is not None else 0.0

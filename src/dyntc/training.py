@@ -8,6 +8,7 @@ improvement, and finish with the best weights restored (a real copy, not a refer
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 import platform
@@ -52,6 +53,9 @@ class TrainConfig:
     device: str = "cpu"
     progress: bool = True
     on_work: Callable[[int], None] | None = None  # told the sequences of each episode / batch (a run's ETA)
+    # file of the loop's state, rewritten at every dev evaluation: a loop given the same file (same
+    # model, data and config) resumes after the last evaluation and ends exactly as an uninterrupted one
+    snapshot: str | Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_episodes", "max_epochs", "batch_size", "eval_every", "patience"):
@@ -221,6 +225,48 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups + ([{"params": rest, "lr": lr}] if rest else []), lr=lr)
 
 
+# TrainConfig fields that do not change what a loop computes (a resumed loop may differ in them)
+_NOT_IN_SNAPSHOT_KEY = ("progress", "on_work", "snapshot", "device", "time_budget_s")
+
+
+def _snapshot_key(cfg: TrainConfig, kind: str) -> str:
+    return repr((kind, sorted((f, getattr(cfg, f)) for f in cfg.__dataclass_fields__ if f not in _NOT_IN_SNAPSHOT_KEY)))
+
+
+def _rng_state(device: torch.device) -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def save_snapshot(path: str | Path, state: dict) -> None:
+    """Write a loop's state atomically (a kill mid-write leaves the previous snapshot)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_snapshot(cfg: TrainConfig, kind: str) -> dict | None:
+    """The state `cfg.snapshot` holds for a loop of this `kind` and config, else None (no file, or
+    the snapshot of another loop, which is then overwritten)."""
+    if cfg.snapshot is None or not Path(cfg.snapshot).is_file():
+        return None
+    try:
+        state = torch.load(cfg.snapshot, map_location="cpu", weights_only=True)
+    except Exception:  # a truncated or foreign file: start afresh (it is overwritten)
+        return None
+    return state if isinstance(state, dict) and state.get("key") == _snapshot_key(cfg, kind) else None
+
+
 class _EarlyStopping:
     def __init__(self, model: nn.Module, patience: int):
         self.model, self.patience = model, patience
@@ -265,9 +311,19 @@ def train_prototypical(
     history: list[dict] = []
     start = time.perf_counter()
     stopped_early, step, running = False, 0, []
-    if monitor is not None:
+    key = _snapshot_key(cfg, "prototypical")
+    state = load_snapshot(cfg, "prototypical")
+    if state is not None and state.get("done"):
+        model.load_state_dict(state["model"])
+        return TrainResult(**state["result"])
+    if state is not None:
+        step = _resume(state, model, optimizer, stopper, device)
+        history = state["history"]
+        sampler.set_state({k: (v.numpy() if torch.is_tensor(v) else v) for k, v in state["sampler"].items()})
+        start -= state["elapsed"]
+    elif monitor is not None:
         history.append({"step": 0, **monitor(model)})
-    bar = tqdm(range(1, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
+    bar = tqdm(range(step + 1, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
     for step in bar:
         ep = sampler.sample()
         support = to_device(model.encoder.collate([train.items[i] for i in ep.support]), device)
@@ -297,11 +353,18 @@ def train_prototypical(
             if stopper.update(acc) and step >= cfg.min_steps:
                 stopped_early = True
                 break
+            if cfg.snapshot is not None and not out_of_time:
+                sampler_state = sampler.state()
+                save_snapshot(cfg.snapshot, {
+                    **_loop_state(key, step, model, optimizer, stopper, device, start), "history": history,
+                    "sampler": {**sampler_state, "confusion": torch.from_numpy(sampler_state["confusion"]),
+                                "exposure": torch.from_numpy(sampler_state["exposure"])},
+                })
         if out_of_time:
             break
     bar.close()
     stopper.restore()
-    return TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history)
+    return _finish(cfg, key, model, TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history))
 
 
 def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, cfg: TrainConfig) -> TrainResult:
@@ -317,8 +380,18 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     stopped_early, epoch, step = False, 0, 0
     labels = torch.as_tensor(train.labels)
     n_batches = math.ceil(len(train) / cfg.batch_size)
-    bar = tqdm(total=cfg.max_epochs * n_batches, desc="mlp batches", disable=not cfg.progress, leave=False)
-    for epoch in range(1, cfg.max_epochs + 1):
+    key = _snapshot_key(cfg, "supervised")
+    state = load_snapshot(cfg, "supervised")
+    if state is not None and state.get("done"):
+        model.load_state_dict(state["model"])
+        return TrainResult(**state["result"])
+    if state is not None:
+        epoch = _resume(state, model, optimizer, stopper, device)
+        history, step = state["history"], state["batches"]
+        rng.bit_generator.state = state["numpy_rng"]
+        start -= state["elapsed"]
+    bar = tqdm(total=cfg.max_epochs * n_batches, initial=step, desc="mlp batches", disable=not cfg.progress, leave=False)
+    for epoch in range(epoch + 1, cfg.max_epochs + 1):
         order = rng.permutation(len(train))
         losses = []
         for b in range(n_batches):
@@ -341,8 +414,37 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
             if stopper.update(acc) and epoch >= cfg.min_steps:
                 stopped_early = True
                 break
+            if cfg.snapshot is not None and not out_of_time:
+                save_snapshot(cfg.snapshot, {**_loop_state(key, epoch, model, optimizer, stopper, device, start),
+                                             "history": history, "batches": step, "numpy_rng": rng.bit_generator.state})
         if out_of_time:
             break
     bar.close()
     stopper.restore()
-    return TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history)
+    return _finish(cfg, key, model, TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history))
+
+
+def _loop_state(key: str, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
+                device: torch.device, start: float) -> dict:
+    """What both loops need to go on after `step` (an episode, or an epoch of the supervised loop)."""
+    return {"key": key, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "best": stopper.best, "bad": stopper.bad, "best_state": stopper.best_state,
+            "rng": _rng_state(device), "elapsed": time.perf_counter() - start}
+
+
+def _resume(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
+            device: torch.device) -> int:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    stopper.best, stopper.bad, stopper.best_state = state["best"], state["bad"], state["best_state"]
+    _set_rng_state(state["rng"], device)
+    return state["step"]
+
+
+def _finish(cfg: TrainConfig, key: str, model: nn.Module, result: TrainResult) -> TrainResult:
+    """The final snapshot holds the result: a loop restarted before its caller used the result
+    returns it at once (the caller removes the file once its output is saved)."""
+    if cfg.snapshot is not None:
+        save_snapshot(cfg.snapshot, {"key": key, "done": True, "model": model.state_dict(),
+                                     "result": dataclasses.asdict(result)})
+    return result

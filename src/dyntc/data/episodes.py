@@ -76,6 +76,16 @@ class EpisodeSampler:
         self.confusion = np.full((k, k), 1.0 / self.n_way)
         self.exposure = np.ones((k, k))
 
+    def state(self) -> dict:
+        """What the next draws depend on (random generator, learnt confusability), for a resumed loop."""
+        return {"rng": self.rng.bit_generator.state, "confusion": self.confusion.copy(), "exposure": self.exposure.copy()}
+
+    def set_state(self, state: dict) -> None:
+        if state["confusion"].shape != self.confusion.shape:
+            raise DyntcError(f"sampler state for {state['confusion'].shape[0]} classes, this sampler has {len(self.classes)}")
+        self.rng.bit_generator.state = state["rng"]
+        self.confusion, self.exposure = state["confusion"].copy(), state["exposure"].copy()
+
     def _choose_classes(self) -> np.ndarray:
         k = len(self.classes)
         n_hard = int(round(self.hard_fraction * self.n_way)) if self.n_way < k else 0
