@@ -311,11 +311,9 @@ def train_prototypical(
     history: list[dict] = []
     start = time.perf_counter()
     stopped_early, step, running = False, 0, []
-    key = _snapshot_key(cfg, "prototypical")
-    state = load_snapshot(cfg, "prototypical")
-    if state is not None and state.get("done"):
-        model.load_state_dict(state["model"])
-        return TrainResult(**state["result"])
+    key, state, finished = _start_from_snapshot(cfg, "prototypical", model)
+    if finished is not None:
+        return finished
     if state is not None:
         step = _resume(state, model, optimizer, stopper, device)
         history = state["history"]
@@ -380,11 +378,9 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     stopped_early, epoch, step = False, 0, 0
     labels = torch.as_tensor(train.labels)
     n_batches = math.ceil(len(train) / cfg.batch_size)
-    key = _snapshot_key(cfg, "supervised")
-    state = load_snapshot(cfg, "supervised")
-    if state is not None and state.get("done"):
-        model.load_state_dict(state["model"])
-        return TrainResult(**state["result"])
+    key, state, finished = _start_from_snapshot(cfg, "supervised", model)
+    if finished is not None:
+        return finished
     if state is not None:
         epoch = _resume(state, model, optimizer, stopper, device)
         history, step = state["history"], state["batches"]
@@ -422,6 +418,16 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     bar.close()
     stopper.restore()
     return _finish(cfg, key, model, TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history))
+
+
+def _start_from_snapshot(cfg: TrainConfig, kind: str, model: nn.Module) -> tuple[str, dict | None, TrainResult | None]:
+    """The loop's snapshot key; the state to resume from, if any; or, when the snapshot is of the
+    finished loop, its result (with its weights loaded into `model`)."""
+    key, state = _snapshot_key(cfg, kind), load_snapshot(cfg, kind)
+    if state is not None and state.get("done"):
+        model.load_state_dict(state["model"])
+        return key, None, TrainResult(**state["result"])
+    return key, state, None
 
 
 def _loop_state(key: str, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
