@@ -379,6 +379,20 @@ def test_resume_with_a_glove_subset_file_and_refusal_of_other_vectors(tiny_run, 
         run_tiny(small_sent, run_dir, embeddings=other)
 
 
+def test_export_glove_writes_the_subset_and_names_an_unwritable_out(tmp_path):
+    import os
+
+    env = {**os.environ, "DYNTC_DATA": os.environ.get("DYNTC_DATA", "../shared/datasets")}
+    good = subprocess.run([sys.executable, "-m", "dyntc", "export-glove", "--dataset", "sent", "--out", str(tmp_path / "g.txt")],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert good.returncode == 0, good.stderr
+    assert len((tmp_path / "g.txt").read_text(encoding="utf-8").splitlines()) > 5000
+    (tmp_path / "afile").write_text("x")
+    bad = subprocess.run([sys.executable, "-m", "dyntc", "export-glove", "--dataset", "sent", "--out",
+                          str(tmp_path / "afile" / "g.txt")], capture_output=True, text=True, timeout=300, env=env)
+    assert bad.returncode == 2 and "cannot write --out" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_cli_reports_bad_input_without_traceback(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "dyntc", "reproduce", "--dataset", "sent", "--profile", "nope", "--out", str(tmp_path)],

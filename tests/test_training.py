@@ -257,7 +257,7 @@ def _interrupt_after(n: int):
     return on_work
 
 
-@pytest.mark.parametrize("name", ["euc", "hyp", "mlp"])
+@pytest.mark.parametrize("name", ["euc", "hyp", "mlp", "euc-hard"])
 def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path, sent_encoded, name):
     """A loop killed mid-way and restarted with the same snapshot file ends exactly as an
     uninterrupted one: weights, history and step count (dropout, sampler and batch order included)."""
@@ -265,8 +265,10 @@ def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path,
     sub = train.take(np.arange(600))
     supervised = name == "mlp"
     train_fn = train_supervised if supervised else train_prototypical
+    hard = name == "euc-hard"  # hard-negative episodes: the sampler's learnt confusability is resumed too
     cfg = dict(lr=FAST_LR, max_episodes=50, max_epochs=4, eval_every=10, patience=10, eval_support_per_class=20,
-               hard_fraction=0.0, seed=3, progress=False)
+               hard_fraction=0.4 if hard else 0.0, max_classes=5 if hard else 50, seed=3, progress=False)
+    name = "euc" if hard else name
 
     def model():
         torch.manual_seed(0)
@@ -308,3 +310,16 @@ def test_snapshot_of_another_config_is_ignored(tmp_path, sent_encoded):
     plain = build_model("euc", _fresh(encoder), len(train.classes))
     expected = train_prototypical(plain, sub, dev, TrainConfig(**{**cfg, "seed": 5}))
     assert result.history == expected.history  # trained afresh, not the seed-0 snapshot's result
+
+
+def test_unreadable_snapshot_warns_and_trains_afresh(tmp_path, sent_encoded):
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(600))
+    snapshot = tmp_path / "stage.pt"
+    snapshot.write_bytes(b"not a torch file")
+    cfg = dict(lr=FAST_LR, max_episodes=10, eval_every=10, patience=10, eval_support_per_class=20, progress=False)
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="stage.pt is unreadable"):
+        result = train_prototypical(build_model("euc", _fresh(encoder), len(train.classes)), sub, dev,
+                                    TrainConfig(**cfg, snapshot=snapshot))
+    assert result.steps == 10 and torch.load(snapshot, weights_only=True)["done"]

@@ -159,7 +159,7 @@ def write_glove_subset(
     glove.6B.50d) bit for bit.
     """
     counts = Counter(t for text in texts for t in tokenize(text, lower))
-    found, dim = glove_lookup(counts, source)
+    found, _ = glove_lookup(counts, source)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")

@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -262,7 +263,9 @@ def load_snapshot(cfg: TrainConfig, kind: str) -> dict | None:
         return None
     try:
         state = torch.load(cfg.snapshot, map_location="cpu", weights_only=True)
-    except Exception:  # a truncated or foreign file: start afresh (it is overwritten)
+    except Exception as exc:  # writes are atomic, so this is a foreign or damaged file: start afresh, say so
+        warnings.warn(f"training snapshot {cfg.snapshot} is unreadable ({type(exc).__name__}: {exc}); "
+                      "the stage starts from its beginning and overwrites it", stacklevel=3)
         return None
     return state if isinstance(state, dict) and state.get("key") == _snapshot_key(cfg, kind) else None
 
@@ -317,7 +320,7 @@ def train_prototypical(
     if state is not None:
         step = _resume(state, model, optimizer, stopper, device)
         history = state["history"]
-        sampler.set_state({k: (v.numpy() if torch.is_tensor(v) else v) for k, v in state["sampler"].items()})
+        sampler.set_state(state["sampler"])
         start -= state["elapsed"]
     elif monitor is not None:
         history.append({"step": 0, **monitor(model)})
@@ -352,12 +355,8 @@ def train_prototypical(
                 stopped_early = True
                 break
             if cfg.snapshot is not None and not out_of_time:
-                sampler_state = sampler.state()
-                save_snapshot(cfg.snapshot, {
-                    **_loop_state(key, step, model, optimizer, stopper, device, start), "history": history,
-                    "sampler": {**sampler_state, "confusion": torch.from_numpy(sampler_state["confusion"]),
-                                "exposure": torch.from_numpy(sampler_state["exposure"])},
-                })
+                save_snapshot(cfg.snapshot, {**_loop_state(key, step, model, optimizer, stopper, device, start),
+                                             "history": history, "sampler": sampler.state()})
         if out_of_time:
             break
     bar.close()

@@ -83,6 +83,9 @@ def export_glove(
 
     data = load(dataset, data_dir)
     texts = [t for part in (data.train, data.dev, data.test) for t in part.texts]
-    written, seen = write_glove_subset(texts, out)
+    try:
+        written, seen = write_glove_subset(texts, out)
+    except OSError as exc:
+        raise DyntcError(f"cannot write --out {str(out)!r} ({exc.strerror or exc}): choose a writable path") from exc
     console.print(f"{out}: GloVe vectors of {written} of the {seen} distinct words of {data.name} "
                   f"({out.stat().st_size / 1e6:.1f} MB)")

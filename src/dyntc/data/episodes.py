@@ -77,14 +77,16 @@ class EpisodeSampler:
         self.exposure = np.ones((k, k))
 
     def state(self) -> dict:
-        """What the next draws depend on (random generator, learnt confusability), for a resumed loop."""
-        return {"rng": self.rng.bit_generator.state, "confusion": self.confusion.copy(), "exposure": self.exposure.copy()}
+        """What the next draws depend on (random generator, learnt confusability), for a resumed loop;
+        plain Python values (exact for floats), so a ``torch.load(weights_only=True)`` file can hold it."""
+        return {"rng": self.rng.bit_generator.state, "confusion": self.confusion.tolist(), "exposure": self.exposure.tolist()}
 
     def set_state(self, state: dict) -> None:
-        if state["confusion"].shape != self.confusion.shape:
-            raise DyntcError(f"sampler state for {state['confusion'].shape[0]} classes, this sampler has {len(self.classes)}")
+        confusion, exposure = np.asarray(state["confusion"], dtype=float), np.asarray(state["exposure"], dtype=float)
+        if confusion.shape != self.confusion.shape:
+            raise DyntcError(f"sampler state for {confusion.shape[0]} classes, this sampler has {len(self.classes)}")
         self.rng.bit_generator.state = state["rng"]
-        self.confusion, self.exposure = state["confusion"].copy(), state["exposure"].copy()
+        self.confusion, self.exposure = confusion, exposure
 
     def _choose_classes(self) -> np.ndarray:
         k = len(self.classes)
