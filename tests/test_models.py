@@ -5,7 +5,7 @@ import torch
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.errors import DyntcError
 from dyntc.geometry import lorentz
-from dyntc.models import KNNProbe, PrototypicalNetwork, group_by_class
+from dyntc.models import KNNProbe, PrototypicalNetwork, group_by_class, load_trainable_state, trainable_state
 
 
 class IdentityEncoder(torch.nn.Module):
@@ -211,3 +211,23 @@ def test_hard_negative_bad_input():
         TrainConfig(hard_fraction=-0.1)
     with pytest.raises(DyntcError, match=r"hard_fraction must be in \[0, 0.5\]"):
         TrainConfig(hard_fraction=0.9)
+
+
+def test_trainable_state_leaves_out_frozen_parameters_and_loads_back():
+    torch.manual_seed(0)
+    frozen = torch.nn.Embedding.from_pretrained(torch.randn(5, 3), freeze=True)
+    model = torch.nn.Sequential(frozen, torch.nn.Linear(3, 2))
+    state = trainable_state(model)
+    assert set(state) == {"1.weight", "1.bias"}
+    saved = {k: v.clone() for k, v in state.items()}
+    with torch.no_grad():
+        model[1].weight.add_(1.0)
+    load_trainable_state(model, saved)
+    assert torch.equal(model[1].weight, saved["1.weight"])
+    load_trainable_state(model, model.state_dict())  # a full state dict (older snapshots) loads too
+    with pytest.raises(DyntcError, match=r"missing \['1.bias'\]"):
+        load_trainable_state(model, {"1.weight": saved["1.weight"]})
+    before = model[1].weight.clone()
+    with pytest.raises(DyntcError, match=r"unknown \['2.weight'\]"):
+        load_trainable_state(model, {**saved, "2.weight": torch.zeros(1)})
+    assert torch.equal(model[1].weight, before)  # checked before anything was loaded

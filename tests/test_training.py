@@ -283,6 +283,10 @@ def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path,
         train_fn(first, sub, dev, TrainConfig(**cfg, snapshot=snapshot, on_work=_interrupt_after(stop_at)))
     saved = torch.load(snapshot, weights_only=True)
     assert saved["step"] == (2 if supervised else 20) and not saved.get("done")
+    # the frozen GloVe rows are not saved (the encoder rebuilds them), the trainable tensors all are
+    frozen = {n for n, p in first.named_parameters() if not p.requires_grad}
+    assert frozen and set(saved["model"]) == set(first.state_dict()) - frozen
+    assert set(saved["best_state"]) == set(saved["model"])
     resumed_model = model()
     resumed = train_fn(resumed_model, sub, dev, TrainConfig(**cfg, snapshot=snapshot))
     assert resumed.steps == expected.steps and resumed.best_dev_acc == expected.best_dev_acc

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from dyntc import __version__
 from dyntc.encoders import build_encoder
 from dyntc.errors import DyntcError
+from dyntc.files import write_json
 from dyntc.models import MLPClassifier, PrototypicalNetwork
 
 FORMAT_VERSION = 1
@@ -54,13 +55,6 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
-
-
-def write_json(path: Path, obj) -> None:
-    """Write JSON through a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @contextmanager

@@ -22,6 +22,23 @@ Metric = Literal["euclidean", "hyperbolic"]
 METRICS = ("euclidean", "hyperbolic")
 
 
+def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """`model`'s state dict without its frozen parameters (e.g. GloVe rows, which the encoder rebuilds):
+    what checkpoints, snapshots and the early-stopping copy need to keep (tensors shared, not copied)."""
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    return {k: v for k, v in model.state_dict().items() if k not in frozen}
+
+
+def load_trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a :func:`trainable_state` (a full state dict works too) into `model`; the frozen parameters
+    stay. Checked before anything is loaded: a missing trainable tensor or an unknown key is an error."""
+    expected = set(trainable_state(model))
+    missing, unknown = expected - set(state), set(state) - set(model.state_dict())
+    if missing or unknown:
+        raise DyntcError(f"state does not fit the model: missing {sorted(missing)[:5]}, unknown {sorted(unknown)[:5]}")
+    model.load_state_dict(state, strict=False)
+
+
 def group_by_class(labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices of each class's examples, padded: ``index (C, m)`` and ``mask (C, m)``, m = largest class.
 

@@ -47,11 +47,12 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dyntc import __version__
-from dyntc.checkpoint import update_json, write_json
+from dyntc.checkpoint import update_json
+from dyntc.files import atomic_write, write_json
 from dyntc.data.dynamic import DynamicSplit, check_fraction, make_split
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
-from dyntc.models import PrototypicalNetwork, build_model
+from dyntc.models import PrototypicalNetwork, build_model, load_trainable_state, trainable_state
 from dyntc.training import (
     Encoded,
     TrainConfig,
@@ -502,20 +503,13 @@ def _train_info(result: TrainResult | None) -> dict[str, Any]:
     return {"steps": result.steps, "stopped_early": result.stopped_early, "best_dev_acc": result.best_dev_acc}
 
 
-def _frozen_names(model: nn.Module) -> set[str]:
-    return {n for n, p in model.named_parameters() if not p.requires_grad}
-
-
 def save_weights(path: Path, model: nn.Module, info: dict) -> None:
     """Trainable weights (frozen ones, e.g. GloVe, are rebuilt from the encoder) and a JSON side file."""
     from safetensors.torch import save_file
 
-    frozen = _frozen_names(model)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in frozen}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(state, str(tmp))
-    tmp.replace(path)
+    state = {k: v.detach().cpu().contiguous() for k, v in trainable_state(model).items()}
+    with atomic_write(path) as tmp:
+        save_file(state, str(tmp))
     write_json(path.with_suffix(".json"), info)
 
 
@@ -527,12 +521,9 @@ def load_weights(path: Path, model: nn.Module) -> dict | None:
     if not (path.is_file() and side.is_file()):
         return None
     try:
-        state = load_file(str(path), device="cpu")
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        if unexpected or set(missing) - _frozen_names(model):
-            return None
+        load_trainable_state(model, load_file(str(path), device="cpu"))
         return json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, RuntimeError, ValueError):
+    except (OSError, RuntimeError, ValueError):  # DyntcError is a ValueError
         return None
 
 

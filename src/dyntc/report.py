@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dyntc.files import atomic_write, write_text
+
 # ---- the paper's published numbers (Wohlwend et al. 2019), copied from the .tex ------------------
 
 #: Table 2: fine-tuned test accuracy (%, mean ± std over 5 splits), all classes.
@@ -420,15 +422,12 @@ def write_report(results: dict, out: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     tables = out / "tables.md"
-    tmp = tables.with_name(".tables.md.tmp")
-    tmp.write_text(tables_markdown(results), encoding="utf-8")
-    tmp.replace(tables)
+    write_text(tables, tables_markdown(results))
     written.append(tables)
     for fn, name in ((plot_accuracy, "accuracy_vs_nfine.png"), (plot_pretraining_gain, "pretraining_gain.png")):
-        tmp_png = out / f".{name}.tmp.png"
-        if fn(results, tmp_png):
-            tmp_png.replace(out / name)
-            written.append(out / name)
+        with atomic_write(out / name) as tmp_png:
+            if fn(results, tmp_png):
+                written.append(out / name)
     return written
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dyntc.errors import DyntcError
+from dyntc.files import atomic_write
 
 PAD, UNK = "<pad>", "<unk>"
 _TOKEN = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?|[^\sA-Za-z0-9]")
@@ -160,13 +161,9 @@ def write_glove_subset(
     """
     counts = Counter(t for text in texts for t in tokenize(text, lower))
     found, _ = glove_lookup(counts, source)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for word, _ in counts.most_common():
             if word in found:
                 values = " ".join(np.format_float_positional(v, unique=True, trim="-") for v in found[word])
                 fh.write(f"{word} {values}\n")
-    tmp.replace(path)
     return len(found), len(counts)

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.encoders.base import TextEncoder, embed, to_device
 from dyntc.errors import DyntcError
-from dyntc.models import MLPClassifier, PrototypicalNetwork
+from dyntc.files import atomic_write
+from dyntc.models import MLPClassifier, PrototypicalNetwork, load_trainable_state, trainable_state
 
 
 @dataclass
@@ -249,11 +250,8 @@ def _set_rng_state(state: dict, device: torch.device) -> None:
 
 def save_snapshot(path: str | Path, state: dict) -> None:
     """Write a loop's state atomically (a kill mid-write leaves the previous snapshot)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        torch.save(state, tmp)
 
 
 def load_snapshot(cfg: TrainConfig, kind: str) -> dict | None:
@@ -281,14 +279,14 @@ class _EarlyStopping:
         """Record a dev score; True when training should stop."""
         if self.best is None or score > self.best:
             self.best, self.bad = score, 0
-            self.best_state = copy.deepcopy(self.model.state_dict())
+            self.best_state = copy.deepcopy(trainable_state(self.model))
         else:
             self.bad += 1
         return self.bad >= self.patience
 
     def restore(self) -> None:
         if self.best_state is not None:
-            self.model.load_state_dict(self.best_state)
+            load_trainable_state(self.model, self.best_state)
 
 
 def train_prototypical(
@@ -424,7 +422,7 @@ def _start_from_snapshot(cfg: TrainConfig, kind: str, model: nn.Module) -> tuple
     finished loop, its result (with its weights loaded into `model`)."""
     key, state = _snapshot_key(cfg, kind), load_snapshot(cfg, kind)
     if state is not None and state.get("done"):
-        model.load_state_dict(state["model"])
+        load_trainable_state(model, state["model"])
         return key, None, TrainResult(**state["result"])
     return key, state, None
 
@@ -432,14 +430,14 @@ def _start_from_snapshot(cfg: TrainConfig, kind: str, model: nn.Module) -> tuple
 def _loop_state(key: str, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
                 device: torch.device, start: float) -> dict:
     """What both loops need to go on after `step` (an episode, or an epoch of the supervised loop)."""
-    return {"key": key, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+    return {"key": key, "step": step, "model": trainable_state(model), "optimizer": optimizer.state_dict(),
             "best": stopper.best, "bad": stopper.bad, "best_state": stopper.best_state,
             "rng": _rng_state(device), "elapsed": time.perf_counter() - start}
 
 
 def _resume(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
             device: torch.device) -> int:
-    model.load_state_dict(state["model"])
+    load_trainable_state(model, state["model"])
     optimizer.load_state_dict(state["optimizer"])
     stopper.best, stopper.bad, stopper.best_state = state["best"], state["bad"], state["best_state"]
     _set_rng_state(state["rng"], device)
@@ -450,6 +448,6 @@ def _finish(cfg: TrainConfig, key: str, model: nn.Module, result: TrainResult) -
     """The final snapshot holds the result: a loop restarted before its caller used the result
     returns it at once (the caller removes the file once its output is saved)."""
     if cfg.snapshot is not None:
-        save_snapshot(cfg.snapshot, {"key": key, "done": True, "model": model.state_dict(),
+        save_snapshot(cfg.snapshot, {"key": key, "done": True, "model": trainable_state(model),
                                      "result": dataclasses.asdict(result)})
     return result

