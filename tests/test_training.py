@@ -17,6 +17,7 @@ from dyntc.models import build_model
 from dyntc.training import (
     Encoded,
     TrainConfig,
+    load_snapshot,
     prototypical_accuracy,
     prototypical_predict,
     supervised_accuracy,
@@ -327,3 +328,40 @@ def test_unreadable_snapshot_warns_and_trains_afresh(tmp_path, sent_encoded):
         result = train_prototypical(build_model("euc", _fresh(encoder), len(train.classes)), sub, dev,
                                     TrainConfig(**cfg, snapshot=snapshot))
     assert result.steps == 10 and torch.load(snapshot, weights_only=True)["done"]
+
+
+def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, sent_encoded):
+    """A stage interrupted under min_steps=20 resumes under min_steps=40 (a slow start that outlasts
+    the floor) and ends exactly as an uninterrupted loop with floor 40; a floor lowered below the
+    snapshot's step, or a finished stage's snapshot, does not fit."""
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(600))
+    cfg = dict(lr=FAST_LR, max_episodes=60, eval_every=10, patience=1, eval_support_per_class=20, seed=2, progress=False)
+
+    def model():
+        torch.manual_seed(0)
+        return build_model("euc", _fresh(encoder), len(train.classes))
+
+    expected = train_prototypical(plain := model(), sub, dev, TrainConfig(**cfg, min_steps=40))
+    snapshot = tmp_path / "stage.pt"
+    with pytest.raises(_Interrupt):
+        train_prototypical(model(), sub, dev, TrainConfig(**cfg, min_steps=20, snapshot=snapshot,
+                                                          on_work=_interrupt_after(15)))
+    saved = torch.load(snapshot, weights_only=True)
+    assert saved["step"] == 10
+    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=snapshot), "prototypical") is not None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=5, snapshot=snapshot), "prototypical") is not None
+    # a lower floor fits unless the saved dev scores would have stopped the loop under it: here a
+    # non-improving 2nd evaluation (patience 1) at step 20 stops a floor <= 20, not a floor of 25
+    edited = tmp_path / "edited.pt"
+    torch.save({**saved, "step": 20, "history": [{"step": 10, "dev_acc": 0.5}, {"step": 20, "dev_acc": 0.4}]}, edited)
+    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=edited), "prototypical") is None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=25, snapshot=edited), "prototypical") is not None
+    assert load_snapshot(TrainConfig(**{**cfg, "patience": 2}, min_steps=40, snapshot=snapshot), "prototypical") is None
+    resumed_model = model()
+    resumed = train_prototypical(resumed_model, sub, dev, TrainConfig(**cfg, min_steps=40, snapshot=snapshot))
+    assert resumed.history == expected.history and resumed.steps == expected.steps
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), resumed_model.state_dict().values()))
+    # the finished stage's snapshot holds a result decided under floor 40: it fits that floor only
+    assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical")["done"]
+    assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical") is None

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import platform
+import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -265,7 +266,36 @@ def load_snapshot(cfg: TrainConfig, kind: str) -> dict | None:
         warnings.warn(f"training snapshot {cfg.snapshot} is unreadable ({type(exc).__name__}: {exc}); "
                       "the stage starts from its beginning and overwrites it", stacklevel=3)
         return None
-    return state if isinstance(state, dict) and state.get("key") == _snapshot_key(cfg, kind) else None
+    return state if isinstance(state, dict) and _snapshot_fits(state, cfg, kind) else None
+
+
+def _snapshot_fits(state: dict, cfg: TrainConfig, kind: str) -> bool:
+    """Whether `state` is a state of the loop `cfg` runs: same key, or a key that differs only in the
+    no-early-stop floor ``min_steps`` where that cannot have changed the path so far.
+
+    The floor only withholds stops, and the dev scores the stops depend on are in the snapshot's
+    history. So an unfinished loop saved under another floor fits when replaying its dev scores with
+    this floor (and the same patience) stops nowhere up to the saved step: a slow start that outlasts
+    the floor can get a higher one without losing the stage."""
+    saved = state.get("key")
+    if saved == _snapshot_key(cfg, kind):
+        return True
+    match = re.search(r"\('min_steps', (\d+)\)", saved if isinstance(saved, str) else "")
+    if match is None or state.get("done"):
+        return False
+    if saved != _snapshot_key(dataclasses.replace(cfg, min_steps=int(match.group(1))), kind):
+        return False
+    best, bad = None, 0
+    for record in state.get("history", []):
+        if "dev_acc" not in record:
+            continue
+        if best is None or record["dev_acc"] > best:
+            best, bad = record["dev_acc"], 0
+        else:
+            bad += 1
+        if bad >= cfg.patience and record.get("step", record.get("epoch", 0)) >= cfg.min_steps:
+            return False
+    return True
 
 
 class _EarlyStopping:
