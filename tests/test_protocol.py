@@ -10,7 +10,7 @@ import torch
 
 import dyntc.protocol as protocol
 from dyntc.errors import DyntcError
-from dyntc.protocol import accuracies, make_plan
+from dyntc.protocol import ProtocolRun, accuracies, make_plan
 from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown
 from dyntc.training import Encoded
@@ -335,6 +335,25 @@ def test_config_mismatch_is_an_error_unless_forced(tiny_run, small_sent, tmp_pat
                       force=True)
     assert len(forced["rows"]) == 2 and forced["config"]["pretrain_episodes"] == 7
     assert forced["pretraining"]["0"]["euc"]["steps"] <= 7
+
+
+def test_a_results_file_with_nothing_finished_takes_a_new_configuration(tiny_run, small_sent, tmp_path):
+    """A run stopped before its first pretraining ended holds no result: rerunning it with other
+    settings needs no --force, and keeps the running stages' snapshots (checked by their own keys)."""
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    header = {k: v for k, v in results.items() if k not in ("rows", "pretraining")}
+    (run_dir / "results.json").write_text(json.dumps({**header, "rows": [], "pretraining": {}}))
+    snapshot = run_dir / "checkpoints" / "split0" / "euc-pretrain.partial.pt"
+    snapshot.parent.mkdir(parents=True)
+    snapshot.write_bytes(b"kept")
+    messages = []
+    plan = make_plan("sent", "tiny", models="euc", variants="un-tuned", settings={"pretrain_episodes": "7"})
+    ProtocolRun(small_sent, plan, run_dir, progress=False, log=messages.append)
+    assert any("no finished cell or pretraining: taking the new configuration" in m and "pretrain_episodes" in m
+               for m in messages)
+    assert snapshot.read_bytes() == b"kept"
 
 
 def test_embeddings_option_is_checked_and_not_in_the_fingerprint(tmp_path):

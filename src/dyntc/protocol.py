@@ -624,6 +624,11 @@ class ProtocolRun:
             if force:
                 self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
                 shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
+            elif old.get("fingerprint") != fingerprint and not old.get("rows") and not old.get("pretraining"):
+                # nothing finished that the new configuration could contradict; running stages'
+                # snapshots stay (each is checked against its own stage's settings when resumed)
+                self.log(f"{self.results_path} has no finished cell or pretraining: taking the new configuration "
+                         f"({_diff(old.get('fingerprint') or {}, fingerprint)})")
             elif old.get("fingerprint") != fingerprint:
                 diff = _diff(old.get("fingerprint") or {}, fingerprint)
                 raise DyntcError(
