@@ -1,6 +1,7 @@
 """End-to-end: train EUC, HYP and MLP on real SENT data; save/load; the `dyntc train` CLI."""
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,10 +15,10 @@ from dyntc.checkpoint import load_model, save_model
 from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
+from dyntc.stopping import Patience, is_held, load_snapshot, replay
 from dyntc.training import (
     Encoded,
     TrainConfig,
-    load_snapshot,
     prototypical_accuracy,
     prototypical_predict,
     supervised_accuracy,
@@ -242,6 +243,42 @@ def test_min_steps_holds_off_early_stopping(sent_encoded):
         TrainConfig(min_steps=-1)
 
 
+def test_hold_at_chance_keeps_a_model_that_has_not_started_to_learn_training(sent_encoded):
+    """A model whose training loss stays above chance (ln N_C; here an Adam step too small to move it)
+    is not early-stopped with hold_at_chance, and is without it; a learning model is stopped either way."""
+    encoder, train, dev, _, _ = sent_encoded
+    small_dev = dev.per_class(10)
+
+    def run(lr, hold):
+        torch.manual_seed(0)
+        model = build_model("euc", _fresh(encoder), len(train.classes))
+        cfg = TrainConfig(max_episodes=40, eval_every=5, patience=1, eval_support_per_class=10, progress=False,
+                          lr=lr, hold_at_chance=hold)
+        return train_prototypical(model, train, small_dev, cfg)
+
+    chance = np.log(len(train.classes))
+    stuck_free, stuck_held = run(1e-12, False), run(1e-12, True)
+    assert min(h["loss"] for h in stuck_held.history) >= chance  # EUC's start: d² in the hundreds
+    assert stuck_free.stopped_early and stuck_free.steps < 40
+    assert not stuck_held.stopped_early and stuck_held.steps == 40
+
+
+def test_held_evaluations_do_not_count_towards_the_patience():
+    """The rule on a synthetic history (chance 2.0, patience 2, floor 30): evaluations before the floor or
+    at chance-level loss neither stop nor count; the patience counts from the first one that is neither."""
+    cfg = TrainConfig(patience=2, min_steps=30, hold_at_chance=True)
+    history = [{"step": s, "loss": loss, "dev_acc": acc} for s, loss, acc in [
+        (10, 9.0, 0.30), (20, 3.0, 0.20), (30, 2.5, 0.10), (40, 2.1, 0.20),  # held: before 30, then at chance
+        (50, 1.9, 0.25), (60, 1.8, 0.29)]]  # counted: 2 evaluations without beating 0.30
+    assert [is_held(cfg, h["step"], h["loss"], 2.0) for h in history] == [True, True, True, True, False, False]
+    assert replay(history[:5], cfg, 2.0).bad == 1 and replay(history, cfg, 2.0) is None
+    without_hold = dataclasses.replace(cfg, hold_at_chance=False)
+    assert replay(history[:4], without_hold, 2.0) is None  # step 30 and 40 count: stopped at 40
+    patience = Patience(2)
+    assert patience.update(0.5) == (True, False) and patience.update(0.4, held=True) == (False, False)
+    assert patience.bad == 0 and patience.update(0.4) == (False, False) and patience.update(0.6) == (True, False)
+
+
 class _Interrupt(Exception):
     pass
 
@@ -332,8 +369,8 @@ def test_unreadable_snapshot_warns_and_trains_afresh(tmp_path, sent_encoded):
 
 def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, sent_encoded):
     """A stage interrupted under min_steps=20 resumes under min_steps=40 (a slow start that outlasts
-    the floor) and ends exactly as an uninterrupted loop with floor 40; a floor lowered below the
-    snapshot's step, or a finished stage's snapshot, does not fit."""
+    the floor) and ends exactly as an uninterrupted loop with floor 40; a lower floor fits unless the
+    saved scores would have stopped the loop under it; a finished stage's snapshot fits its own rule only."""
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))
     cfg = dict(lr=FAST_LR, max_episodes=60, eval_every=10, patience=1, eval_support_per_class=20, seed=2, progress=False)
@@ -349,19 +386,25 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
                                                           on_work=_interrupt_after(15)))
     saved = torch.load(snapshot, weights_only=True)
     assert saved["step"] == 10
-    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=snapshot), "prototypical") is not None
-    assert load_snapshot(TrainConfig(**cfg, min_steps=5, snapshot=snapshot), "prototypical") is not None
+    probe = model()  # what the snapshot is checked against: the loop's model configuration too
+    torch.manual_seed(0)
+    other_model = build_model("euc", _fresh(encoder), len(train.classes), logit_scale=2.0)
+    assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical", model=other_model) is None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=snapshot), "prototypical", model=probe) is not None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=5, snapshot=snapshot), "prototypical", model=probe) is not None
     # a lower floor fits unless the saved dev scores would have stopped the loop under it: here a
     # non-improving 2nd evaluation (patience 1) at step 20 stops a floor <= 20, not a floor of 25
     edited = tmp_path / "edited.pt"
     torch.save({**saved, "step": 20, "history": [{"step": 10, "dev_acc": 0.5}, {"step": 20, "dev_acc": 0.4}]}, edited)
-    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=edited), "prototypical") is None
-    assert load_snapshot(TrainConfig(**cfg, min_steps=25, snapshot=edited), "prototypical") is not None
-    assert load_snapshot(TrainConfig(**{**cfg, "patience": 2}, min_steps=40, snapshot=snapshot), "prototypical") is None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=edited), "prototypical", model=probe) is None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=25, snapshot=edited), "prototypical", model=probe) is not None
+    # the patience is part of the replayed rule too; what the loop computes (here its seed) is the key
+    assert load_snapshot(TrainConfig(**{**cfg, "patience": 2}, min_steps=40, snapshot=snapshot), "prototypical", model=probe) is not None
+    assert load_snapshot(TrainConfig(**{**cfg, "seed": 3}, min_steps=40, snapshot=snapshot), "prototypical", model=probe) is None
     resumed_model = model()
     resumed = train_prototypical(resumed_model, sub, dev, TrainConfig(**cfg, min_steps=40, snapshot=snapshot))
     assert resumed.history == expected.history and resumed.steps == expected.steps
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), resumed_model.state_dict().values()))
     # the finished stage's snapshot holds a result decided under floor 40: it fits that floor only
-    assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical")["done"]
-    assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical") is None
+    assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical", model=probe)["done"]
+    assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical", model=probe) is None

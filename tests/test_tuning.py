@@ -154,3 +154,5 @@ def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     # the slow-start guard applies to EUC/HYP pretraining only
     assert run._cfg("pretrain", 0, model="hyp").min_steps == 7 and run._cfg("finetune", 0, model="hyp").min_steps == 0
     assert run._cfg("pretrain", 0, model="mlp").min_steps == 0
+    assert run._cfg("pretrain", 0, model="euc").hold_at_chance and not run._cfg("finetune", 0, model="euc").hold_at_chance
+    assert not run._cfg("pretrain", 0, model="mlp").hold_at_chance

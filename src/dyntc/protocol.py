@@ -110,7 +110,8 @@ class Profile:
     pretrain_eval_every: int = 100
     pretrain_patience: int = 10
     pretrain_eval_support_per_class: int | None = None  # dev prototypes from at most this many examples per class
-    # EUC/HYP pretraining: no early stop before this many episodes (the slow start, docs/results.md §7)
+    # EUC/HYP pretraining's slow-start guard (docs/results.md §7-8; 0 = off): no early stop before this
+    # many episodes, nor while the training loss is still at chance (dyntc.stopping: held evaluations)
     pretrain_min_episodes: int = 0
     # fine-tuning (and training from scratch) on the n_fine examples
     finetune_episodes: int = 10_000
@@ -177,7 +178,8 @@ PAPER = Profile(
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
         "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
         "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
-        "EUC/HYP pretraining does not stop early before 3,000 episodes (pretrain_min_episodes)."
+        "EUC/HYP pretraining does not stop early before 3,000 episodes, nor while its training loss is at chance "
+        "(pretrain_min_episodes; held evaluations do not count towards the patience)."
     ),
 )
 
@@ -796,6 +798,7 @@ class ProtocolRun:
             patience=patience,
             eval_support_per_class=hp["pretrain_eval_support_per_class" if pre else "finetune_eval_support_per_class"],
             min_steps=hp["pretrain_min_episodes"] if pre and model != "mlp" else 0,
+            hold_at_chance=bool(pre and model != "mlp" and hp["pretrain_min_episodes"]),
             time_budget_s=hp["stage_time_budget_s"],
             seed=seed,
             device=self.plan.device,

@@ -7,14 +7,10 @@ improvement, and finish with the best weights restored (a real copy, not a refer
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import math
 import os
 import platform
-import re
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -28,8 +24,17 @@ from tqdm.auto import tqdm
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.encoders.base import TextEncoder, embed, to_device
 from dyntc.errors import DyntcError
-from dyntc.files import atomic_write
-from dyntc.models import MLPClassifier, PrototypicalNetwork, load_trainable_state, trainable_state
+from dyntc.models import MLPClassifier, PrototypicalNetwork, load_trainable_state
+from dyntc.stopping import (
+    EarlyStopping,
+    finished_state,
+    is_held,
+    load_snapshot,
+    loop_state,
+    resume,
+    save_snapshot,
+    snapshot_key,
+)
 
 
 @dataclass
@@ -46,10 +51,11 @@ class TrainConfig:
     hard_fraction: float = 0.0
     eval_every: int = 100  # episodes between dev evaluations
     patience: int = 10  # dev evaluations without improvement before stopping
-    # no early stop before this many episodes / epochs: prototypical training at the paper's lr sits at
-    # chance-level loss for ~1,600-1,800 episodes before it learns (docs/results.md §7), and patience
-    # alone can end it there; the best weights are still the ones restored
+    # held dev evaluations (no stop, not counted towards the patience; dyntc.stopping): those before
+    # min_steps episodes / epochs, and with hold_at_chance (episodic loop) those while the training loss
+    # is still at chance, the slow start of prototypical training at the paper's lr (docs/results.md §7)
     min_steps: int = 0
+    hold_at_chance: bool = False
     eval_support_per_class: int | None = None  # dev-time prototypes: at most this many train examples per class
     time_budget_s: float | None = None  # stop (keeping the best weights) after this many seconds
     seed: int = 0
@@ -228,97 +234,6 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups + ([{"params": rest, "lr": lr}] if rest else []), lr=lr)
 
 
-# TrainConfig fields that do not change what a loop computes (a resumed loop may differ in them)
-_NOT_IN_SNAPSHOT_KEY = ("progress", "on_work", "snapshot", "device", "time_budget_s")
-
-
-def _snapshot_key(cfg: TrainConfig, kind: str) -> str:
-    return repr((kind, sorted((f, getattr(cfg, f)) for f in cfg.__dataclass_fields__ if f not in _NOT_IN_SNAPSHOT_KEY)))
-
-
-def _rng_state(device: torch.device) -> dict:
-    state = {"torch": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def _set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-def save_snapshot(path: str | Path, state: dict) -> None:
-    """Write a loop's state atomically (a kill mid-write leaves the previous snapshot)."""
-    with atomic_write(path) as tmp:
-        torch.save(state, tmp)
-
-
-def load_snapshot(cfg: TrainConfig, kind: str) -> dict | None:
-    """The state `cfg.snapshot` holds for a loop of this `kind` and config, else None (no file, or
-    the snapshot of another loop, which is then overwritten)."""
-    if cfg.snapshot is None or not Path(cfg.snapshot).is_file():
-        return None
-    try:
-        state = torch.load(cfg.snapshot, map_location="cpu", weights_only=True)
-    except Exception as exc:  # writes are atomic, so this is a foreign or damaged file: start afresh, say so
-        warnings.warn(f"training snapshot {cfg.snapshot} is unreadable ({type(exc).__name__}: {exc}); "
-                      "the stage starts from its beginning and overwrites it", stacklevel=3)
-        return None
-    return state if isinstance(state, dict) and _snapshot_fits(state, cfg, kind) else None
-
-
-def _snapshot_fits(state: dict, cfg: TrainConfig, kind: str) -> bool:
-    """Whether `state` is a state of the loop `cfg` runs: same key, or a key that differs only in the
-    no-early-stop floor ``min_steps`` where that cannot have changed the path so far.
-
-    The floor only withholds stops, and the dev scores the stops depend on are in the snapshot's
-    history. So an unfinished loop saved under another floor fits when replaying its dev scores with
-    this floor (and the same patience) stops nowhere up to the saved step: a slow start that outlasts
-    the floor can get a higher one without losing the stage."""
-    saved = state.get("key")
-    if saved == _snapshot_key(cfg, kind):
-        return True
-    match = re.search(r"\('min_steps', (\d+)\)", saved if isinstance(saved, str) else "")
-    if match is None or state.get("done"):
-        return False
-    if saved != _snapshot_key(dataclasses.replace(cfg, min_steps=int(match.group(1))), kind):
-        return False
-    best, bad = None, 0
-    for record in state.get("history", []):
-        if "dev_acc" not in record:
-            continue
-        if best is None or record["dev_acc"] > best:
-            best, bad = record["dev_acc"], 0
-        else:
-            bad += 1
-        if bad >= cfg.patience and record.get("step", record.get("epoch", 0)) >= cfg.min_steps:
-            return False
-    return True
-
-
-class _EarlyStopping:
-    def __init__(self, model: nn.Module, patience: int):
-        self.model, self.patience = model, patience
-        self.best: float | None = None
-        self.best_state: dict | None = None
-        self.bad = 0
-
-    def update(self, score: float) -> bool:
-        """Record a dev score; True when training should stop."""
-        if self.best is None or score > self.best:
-            self.best, self.bad = score, 0
-            self.best_state = copy.deepcopy(trainable_state(self.model))
-        else:
-            self.bad += 1
-        return self.bad >= self.patience
-
-    def restore(self) -> None:
-        if self.best_state is not None:
-            load_trainable_state(self.model, self.best_state)
-
-
 def train_prototypical(
     model: PrototypicalNetwork, train: Encoded, dev: Encoded | None, cfg: TrainConfig,
     monitor: Callable[[PrototypicalNetwork], dict] | None = None,
@@ -338,15 +253,16 @@ def train_prototypical(
     )
     dev_support = train.per_class(cfg.eval_support_per_class, seed=cfg.seed)
     optimizer = make_optimizer(model, cfg.lr)
-    stopper = _EarlyStopping(model, cfg.patience)
+    stopper = EarlyStopping(model, cfg.patience)
     history: list[dict] = []
     start = time.perf_counter()
     stopped_early, step, running = False, 0, []
-    key, state, finished = _start_from_snapshot(cfg, "prototypical", model)
+    chance = math.log(sampler.n_way)  # the loss of uniform logits over an episode's classes
+    key, state, finished = _start_from_snapshot(cfg, "prototypical", model, chance)
     if finished is not None:
         return finished
     if state is not None:
-        step = _resume(state, model, optimizer, stopper, device)
+        step = resume(state, model, optimizer, stopper, device)
         history = state["history"]
         sampler.set_state(state["sampler"])
         start -= state["elapsed"]
@@ -379,11 +295,11 @@ def train_prototypical(
                 history[-1].update(monitor(model))
             running = []
             bar.set_postfix(loss=f"{history[-1]['loss']:.3f}", dev=f"{acc:.3f}", best=f"{max(acc, stopper.best or 0):.3f}")
-            if stopper.update(acc) and step >= cfg.min_steps:
+            if stopper.update(acc, is_held(cfg, step, history[-1]["loss"], chance)):
                 stopped_early = True
                 break
             if cfg.snapshot is not None and not out_of_time:
-                save_snapshot(cfg.snapshot, {**_loop_state(key, step, model, optimizer, stopper, device, start),
+                save_snapshot(cfg.snapshot, {**loop_state(cfg, key, step, model, optimizer, stopper, device, start),
                                              "history": history, "sampler": sampler.state()})
         if out_of_time:
             break
@@ -399,7 +315,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     device = torch.device(cfg.device)
     model.to(device).train()
     optimizer = make_optimizer(model, cfg.lr)
-    stopper = _EarlyStopping(model, cfg.patience)
+    stopper = EarlyStopping(model, cfg.patience)
     history: list[dict] = []
     start = time.perf_counter()
     stopped_early, epoch, step = False, 0, 0
@@ -409,7 +325,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     if finished is not None:
         return finished
     if state is not None:
-        epoch = _resume(state, model, optimizer, stopper, device)
+        epoch = resume(state, model, optimizer, stopper, device)
         history, step = state["history"], state["batches"]
         rng.bit_generator.state = state["numpy_rng"]
         start -= state["elapsed"]
@@ -434,11 +350,11 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
             acc = supervised_accuracy(model, dev)
             history.append({"epoch": epoch, "loss": float(np.mean(losses)), "dev_acc": acc})
             bar.set_postfix(loss=f"{np.mean(losses):.3f}", dev=f"{acc:.3f}")
-            if stopper.update(acc) and epoch >= cfg.min_steps:
+            if stopper.update(acc, is_held(cfg, epoch, None, None)):
                 stopped_early = True
                 break
             if cfg.snapshot is not None and not out_of_time:
-                save_snapshot(cfg.snapshot, {**_loop_state(key, epoch, model, optimizer, stopper, device, start),
+                save_snapshot(cfg.snapshot, {**loop_state(cfg, key, epoch, model, optimizer, stopper, device, start),
                                              "history": history, "batches": step, "numpy_rng": rng.bit_generator.state})
         if out_of_time:
             break
@@ -447,37 +363,20 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     return _finish(cfg, key, model, TrainResult(stopper.best, step, time.perf_counter() - start, stopped_early, history))
 
 
-def _start_from_snapshot(cfg: TrainConfig, kind: str, model: nn.Module) -> tuple[str, dict | None, TrainResult | None]:
+def _start_from_snapshot(cfg: TrainConfig, kind: str, model: nn.Module, chance: float | None = None
+                         ) -> tuple[str, dict | None, TrainResult | None]:
     """The loop's snapshot key; the state to resume from, if any; or, when the snapshot is of the
     finished loop, its result (with its weights loaded into `model`)."""
-    key, state = _snapshot_key(cfg, kind), load_snapshot(cfg, kind)
+    key, state = snapshot_key(cfg, kind, model), load_snapshot(cfg, kind, chance, model)
     if state is not None and state.get("done"):
         load_trainable_state(model, state["model"])
         return key, None, TrainResult(**state["result"])
     return key, state, None
 
 
-def _loop_state(key: str, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
-                device: torch.device, start: float) -> dict:
-    """What both loops need to go on after `step` (an episode, or an epoch of the supervised loop)."""
-    return {"key": key, "step": step, "model": trainable_state(model), "optimizer": optimizer.state_dict(),
-            "best": stopper.best, "bad": stopper.bad, "best_state": stopper.best_state,
-            "rng": _rng_state(device), "elapsed": time.perf_counter() - start}
-
-
-def _resume(state: dict, model: nn.Module, optimizer: torch.optim.Optimizer, stopper: _EarlyStopping,
-            device: torch.device) -> int:
-    load_trainable_state(model, state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    stopper.best, stopper.bad, stopper.best_state = state["best"], state["bad"], state["best_state"]
-    _set_rng_state(state["rng"], device)
-    return state["step"]
-
-
 def _finish(cfg: TrainConfig, key: str, model: nn.Module, result: TrainResult) -> TrainResult:
     """The final snapshot holds the result: a loop restarted before its caller used the result
     returns it at once (the caller removes the file once its output is saved)."""
     if cfg.snapshot is not None:
-        save_snapshot(cfg.snapshot, {"key": key, "done": True, "model": trainable_state(model),
-                                     "result": dataclasses.asdict(result)})
+        save_snapshot(cfg.snapshot, finished_state(cfg, key, model, result))
     return result
