@@ -1,5 +1,6 @@
 """The reproduction protocol: plan validation, a `tiny` run on real SENT data, resuming, reports."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -266,6 +267,27 @@ def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):
             assert r == old[(r["model"], r["variant"], r["n_fine"])]
 
 
+def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sent, tmp_path, counted):
+    """After a change of HYP's per-model settings, EUC's finished cells and pretrained weights stay
+    valid (nothing of EUC is retrained) and only HYP's cells run again."""
+    import shutil
+
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    data = json.loads((run_dir / "results.json").read_text())
+    data["rows"] = [r for r in data["rows"] if r["model"] == "euc" and r["n_fine"] == 5]  # EUC at 10 to redo
+    data["pretraining"] = {s: {"euc": v["euc"]} for s, v in data["pretraining"].items()}
+    (run_dir / "results.json").write_text(json.dumps(data))
+    proto, sup = counted
+    hyp_tuned = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"max_norm": 5.0}}})
+    again = reproduce(small_sent, hyp_tuned, run_dir, models="euc,hyp", progress=False, log=lambda m: None)
+    n_hyp_trained = sum(1 for r in again["rows"] if r["model"] == "hyp" and r["variant"] != "un-tuned")
+    n_euc_trained = sum(1 for r in again["rows"] if r["model"] == "euc" and r["n_fine"] == 10 and r["variant"] != "un-tuned")
+    assert proto.calls == 1 + n_hyp_trained + n_euc_trained  # HYP's pretraining, no EUC pretraining
+    assert [r for r in again["rows"] if r["model"] == "euc" and r["n_fine"] == 5] == data["rows"]
+
+
 def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch):
     proto = Counter(protocol.train_prototypical, fail_after=3)
     monkeypatch.setattr(protocol, "train_prototypical", proto)
@@ -337,9 +359,10 @@ def test_config_mismatch_is_an_error_unless_forced(tiny_run, small_sent, tmp_pat
     assert forced["pretraining"]["0"]["euc"]["steps"] <= 7
 
 
-def test_a_results_file_with_nothing_finished_takes_a_new_configuration(tiny_run, small_sent, tmp_path):
-    """A run stopped before its first pretraining ended holds no result: rerunning it with other
-    settings needs no --force, and keeps the running stages' snapshots (checked by their own keys)."""
+def test_a_new_configuration_is_taken_where_it_contradicts_no_finished_work(tiny_run, small_sent, tmp_path):
+    """Settings may change without --force where no finished cell or pretraining depends on them: in a
+    run stopped before anything finished (its running stages' snapshots are kept), or in one model's
+    per-model settings while only other models have finished work. Anything else is refused."""
     out, results = tiny_run
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -351,9 +374,23 @@ def test_a_results_file_with_nothing_finished_takes_a_new_configuration(tiny_run
     messages = []
     plan = make_plan("sent", "tiny", models="euc", variants="un-tuned", settings={"pretrain_episodes": "7"})
     ProtocolRun(small_sent, plan, run_dir, progress=False, log=messages.append)
-    assert any("no finished cell or pretraining: taking the new configuration" in m and "pretrain_episodes" in m
-               for m in messages)
+    assert any("taking the new configuration" in m and "pretrain_episodes" in m for m in messages)
     assert snapshot.read_bytes() == b"kept"
+
+    # finished EUC work: HYP's own settings may change, a shared one may not
+    euc_only = {**header, "rows": [r for r in results["rows"] if r["model"] == "euc"],
+                "pretraining": {s: {"euc": v["euc"]} for s, v in results["pretraining"].items()}}
+    (run_dir / "results.json").write_text(json.dumps(euc_only))
+    hyp_tuned = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"max_norm": 5.0}}})
+    run = ProtocolRun(small_sent, make_plan("sent", hyp_tuned), run_dir, progress=False, log=messages.append)
+    assert len(run.results["rows"]) == len(euc_only["rows"]) > 0
+    assert run.results["fingerprint"]["hyperparameters"]["per_model"] == {"hyp": {"max_norm": 5.0}}
+    (run_dir / "results.json").write_text(json.dumps(euc_only))
+    with pytest.raises(DyntcError, match="different configuration.*lr.*for euc"):
+        ProtocolRun(small_sent, make_plan("sent", "tiny", settings={"lr": "0.5"}), run_dir, progress=False)
+    with pytest.raises(DyntcError, match="for euc"):
+        euc_tuned = dataclasses.replace(protocol.TINY, per_model={"*": {"euc": {"max_norm": 5.0}}})
+        ProtocolRun(small_sent, make_plan("sent", euc_tuned), run_dir, progress=False)
 
 
 def test_embeddings_option_is_checked_and_not_in_the_fingerprint(tmp_path):

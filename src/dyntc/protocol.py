@@ -626,17 +626,21 @@ class ProtocolRun:
             if force:
                 self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
                 shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
-            elif old.get("fingerprint") != fingerprint and not old.get("rows") and not old.get("pretraining"):
-                # nothing finished that the new configuration could contradict; running stages'
-                # snapshots stay (each is checked against its own stage's settings when resumed)
-                self.log(f"{self.results_path} has no finished cell or pretraining: taking the new configuration "
-                         f"({_diff(old.get('fingerprint') or {}, fingerprint)})")
             elif old.get("fingerprint") != fingerprint:
-                diff = _diff(old.get("fingerprint") or {}, fingerprint)
-                raise DyntcError(
-                    f"{self.out} holds results of a different configuration ({diff}); "
-                    f"use another --out, or pass --force to discard them"
-                )
+                saved = old.get("fingerprint") or {}
+                finished = {r.get("model") for r in old.get("rows", [])} | {
+                    m for models in (old.get("pretraining") or {}).values() for m in models}
+                contradicted = sorted(m for m in finished if model_view(saved, m) != model_view(fingerprint, m))
+                if contradicted or not isinstance(saved.get("hyperparameters"), dict):
+                    raise DyntcError(
+                        f"{self.out} holds results of a different configuration ({_diff(saved, fingerprint)}) for "
+                        f"{', '.join(contradicted) or 'its models'}; use another --out, or pass --force to discard them")
+                # the change concerns only models with nothing finished (e.g. one model's per-model
+                # settings): their running stages' snapshots are checked against their own settings
+                self.log(f"{self.results_path}: taking the new configuration ({_diff(saved, fingerprint)}); "
+                         f"it changes nothing for the finished work of {', '.join(sorted(finished)) or 'no model'}")
+                old.update(self._header(started=old.get("started")))
+                return old
             else:
                 old.update(self._header(started=old.get("started")))
                 return old
@@ -924,7 +928,7 @@ class ProtocolRun:
         model = build_model(model_name, encoder, len(pretrain.classes), **self.model_options(model_name))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
-        if info is not None and info.get("fingerprint") == self.plan.fingerprint():
+        if info is not None and model_view(info.get("fingerprint") or {}, model_name) == model_view(self.plan.fingerprint(), model_name):
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
             snapshot = self._snapshot(s, model_name, "pretrain")
@@ -1008,6 +1012,16 @@ _ROW_ORDER = ("model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_
 
 def _ordered(row: dict) -> dict:
     return {**{k: row[k] for k in _ROW_ORDER if k in row}, **{k: v for k, v in row.items() if k not in _ROW_ORDER}}
+
+
+def model_view(fingerprint: dict, model: str) -> dict:
+    """A run fingerprint as one model sees it: the per-model settings of the other models left out, so
+    that tuning one model leaves the others' finished work valid."""
+    hp = fingerprint.get("hyperparameters")
+    if not isinstance(hp, dict):
+        return fingerprint
+    per_model = hp.get("per_model") or {}
+    return {**fingerprint, "hyperparameters": {**hp, "per_model": per_model.get(model) if isinstance(per_model, dict) else per_model}}
 
 
 def _diff(old: dict, new: dict, prefix: str = "") -> str:
