@@ -4,6 +4,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -567,3 +568,21 @@ def test_progress_credits_early_stopped_stages_and_gives_both_etas():
     assert sum(prog.actual.values()) == 400
     prog.unit_done(protocol.Unit(0, "mlp", []), 12.0, 11.0, 1, 2)
     assert lines and lines[-1].startswith("[1/2 units] split 0 mlp done in 0:12 wall, 0:11 CPU")
+
+
+def test_replay_stopping_script_finds_a_rule_change(tiny_run, tmp_path, capsys):
+    """scripts/replay_stopping.py: a run replays to its own stops under its rule (status 0), and a
+    history whose stop the rule would have placed elsewhere is reported (status 1)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import replay_stopping
+    finally:
+        sys.path.pop(0)
+    out, results = tiny_run
+    assert replay_stopping.main(str(out / "results.json")) == 0
+    changed = json.loads((out / "results.json").read_text())
+    info = changed["pretraining"]["0"]["euc"]
+    info["steps"] = info["history"][-1]["step"] + 10  # as if it had run on past the rule's stop
+    (tmp_path / "r.json").write_text(json.dumps(changed))
+    assert replay_stopping.main(str(tmp_path / "r.json")) == 1
+    assert "<- differs" in capsys.readouterr().out

@@ -173,13 +173,18 @@ class Profile:
 PAPER = Profile(
     name="paper",
     pretrain_min_episodes=3_000,
+    # NEWS: HYP's encoder output soft-clipped to norm <= 10 before the lift. Without it HYP sat at
+    # chance-level loss for 4,000 episodes, its points drifting outwards (docs/results.md §8); chosen on
+    # dev_old of split 2 against no clip and a clip at 5
+    per_model={"news": {"hyp": {"max_norm": 10.0}}, "*": {}},
     description=(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
         "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
         "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
         "EUC/HYP pretraining does not stop early before 3,000 episodes, nor while its training loss is at chance "
-        "(pretrain_min_episodes; held evaluations do not count towards the patience)."
+        "(pretrain_min_episodes; held evaluations do not count towards the patience). NEWS: HYP soft-clips "
+        "its encoder output to norm <= 10 before the lift (per_model; without it HYP stays at chance on NEWS)."
     ),
 )
 
