@@ -586,3 +586,57 @@ def test_replay_stopping_script_finds_a_rule_change(tiny_run, tmp_path, capsys):
     (tmp_path / "r.json").write_text(json.dumps(changed))
     assert replay_stopping.main(str(tmp_path / "r.json")) == 1
     assert "<- differs" in capsys.readouterr().out
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # field 4 of /proc/PID/stat: the parent's pid
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [15, 9])
+def test_killing_a_parallel_run_stops_its_workers(tmp_path, signum):
+    """`kill` (SIGTERM) of a --jobs 2 run ends it as Ctrl-C does; after SIGKILL the orphaned workers
+    notice and stop too. Neither leaves workers training on (and writing) after the run is gone."""
+    import os
+    import signal
+    import time
+
+    cmd = [sys.executable, "-m", "dyntc", "reproduce", "--dataset", "sent", "--profile", "tiny", "--jobs", "2",
+           "--models", "euc,hyp", "--variants", "un-tuned", "--no-progress", "--out", str(tmp_path / "run"),
+           "--set", "pretrain_episodes=100000", "--set", "pretrain_epochs=1000", "--set", "pretrain_patience=100000"]
+    parent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.time() + 240
+        while not list((tmp_path / "run" / "checkpoints").rglob("*.partial.pt")) and time.time() < deadline:
+            time.sleep(0.5)  # both workers are training once a stage snapshot exists
+        workers = [c for c in _children(parent.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text(errors="ignore")]
+        assert len(workers) == 2, "the run did not start its two workers"
+        os.kill(parent.pid, signum)
+        parent.wait(timeout=60)
+        deadline = time.time() + 60
+        while any(_alive(w) for w in workers) and time.time() < deadline:
+            time.sleep(0.5)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for w in workers + _children(parent.pid):
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)

@@ -17,7 +17,10 @@ estimate scaled by the fraction of the budget that finished stages actually used
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import queue as queue_mod
+import signal
+import threading
 import time
 import traceback
 from dataclasses import replace
@@ -193,6 +196,7 @@ def _worker_main(plan: RunPlan, out: str, threads: int, setup, tasks, messages) 
     except RuntimeError:  # already set in this process
         pass
     who = mp.current_process().name
+    parent = os.getppid()
     data = setup.get()
     run = ProtocolRun(data, plan, Path(out), progress=False, worker=True, log=lambda msg: messages.put(("log", f"[{who}] {msg}")))
     while (unit := tasks.get()) is not None:
@@ -204,6 +208,8 @@ def _worker_main(plan: RunPlan, out: str, threads: int, setup, tasks, messages) 
             nonlocal last
             pending[stage] = pending.get(stage, 0.0) + n
             if finished or time.perf_counter() - last > 0.5:
+                if os.getppid() != parent:  # the parent was killed: stop as a killed run would (snapshot kept)
+                    os._exit(1)
                 for key, value in pending.items():
                     messages.put(("work", key, value, finished and key == stage))
                 pending.clear()
@@ -239,6 +245,11 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
     running: dict[str, str] = {}  # worker -> unit
     n_done = 0
     reported = time.perf_counter()
+    on_term = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        # `kill PID` ends the run as Ctrl-C does: the finally below stops the workers, where the default
+        # action would leave them running on, orphaned (workers also stop when they find the parent gone)
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         for p in procs:
             p.start()
@@ -288,6 +299,12 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
                 p.terminate()
         for p in procs:
             p.join(timeout=10)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_term)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def reproduce(
