@@ -16,11 +16,13 @@ LAYERS = {
     "dyntc": 0,  # __version__ only; the package's lazy __getattr__ is the public facade (not checked)
     "dyntc.errors": 0,
     "dyntc._compiled": 0,
+    "dyntc.files": 0,
     "dyntc.geometry": 1,
     "dyntc.text": 1,
     "dyntc.data": 1,
     "dyntc.encoders": 2,
     "dyntc.models": 3,
+    "dyntc.stopping": 3,
     "dyntc.training": 4,
     "dyntc.checkpoint": 4,
     "dyntc.diagnostics": 4,

@@ -5,7 +5,14 @@ import torch
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.errors import DyntcError
 from dyntc.geometry import lorentz
-from dyntc.models import KNNProbe, PrototypicalNetwork, group_by_class, load_trainable_state, trainable_state
+from dyntc.models import (
+    KNNProbe,
+    PrototypicalNetwork,
+    group_by_class,
+    load_trainable_state,
+    project_to_norm,
+    trainable_state,
+)
 
 
 class IdentityEncoder(torch.nn.Module):
@@ -231,3 +238,22 @@ def test_trainable_state_leaves_out_frozen_parameters_and_loads_back():
     with pytest.raises(DyntcError, match=r"unknown \['2.weight'\]"):
         load_trainable_state(model, {**saved, "2.weight": torch.zeros(1)})
     assert torch.equal(model[1].weight, before)  # checked before anything was loaded
+
+
+def test_fixed_norm_keeps_the_direction_and_gives_the_norm_no_gradient():
+    torch.manual_seed(0)
+    h = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    out = project_to_norm(h, 2.5)
+    assert torch.allclose(out.norm(dim=1), torch.full((6,), 2.5, dtype=torch.float64))
+    assert torch.allclose(out / 2.5, h / h.norm(dim=1, keepdim=True))
+    (grad,) = torch.autograd.grad(out.sum(), h)
+    assert torch.allclose((grad * h).sum(1), torch.zeros(6, dtype=torch.float64), atol=1e-12)  # no radial part
+    assert torch.autograd.gradcheck(lambda x: project_to_norm(x, 2.5), (h.detach().requires_grad_(),))
+    model = PrototypicalNetwork(IdentityEncoder(), "hyperbolic", fixed_norm=2.5)
+    radius = torch.acosh(model.to_metric_space(h.detach())[:, 0])
+    assert torch.allclose(radius, torch.full((6,), float(np.arcsinh(2.5)), dtype=torch.float64))
+    assert model.config()["fixed_norm"] == 2.5 and "fixed_norm" not in PrototypicalNetwork(IdentityEncoder()).config()
+    with pytest.raises(DyntcError, match="exclude each other"):
+        PrototypicalNetwork(IdentityEncoder(), fixed_norm=2.0, max_norm=3.0)
+    with pytest.raises(DyntcError, match="fixed_norm must be"):
+        PrototypicalNetwork(IdentityEncoder(), fixed_norm=0)

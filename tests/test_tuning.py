@@ -146,7 +146,7 @@ def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     plan = make_plan("sent", prof, models="euc,hyp", variants="un-tuned")
     run = protocol.ProtocolRun(small_sent, plan, tmp_path / "r", progress=False, log=lambda m: None)
     assert run.model_options("mlp") == {}
-    assert run.model_options("euc") == {"logit_scale": 1.0, "learn_scale": False, "max_norm": None,
+    assert run.model_options("euc") == {"logit_scale": 1.0, "learn_scale": False, "max_norm": None, "fixed_norm": None,
                                         "differentiable_mean": True}
     assert run.model_options("hyp")["max_norm"] == 3.0
     assert run.model_hp("hyp")["lr"] == 0.5 and run.model_hp("euc")["lr"] == prof.lr

@@ -78,6 +78,17 @@ def soft_clip_norm(h: torch.Tensor, max_norm: float) -> torch.Tensor:
     return h * ratio
 
 
+def project_to_norm(h: torch.Tensor, norm: float, eps: float = 1e-12) -> torch.Tensor:
+    """``R h / |h|`` with ``R = norm``: only the direction of ``h`` is kept.
+
+    Before the hyperbolic lift every point then lies at distance ``arcsinh(R)`` from the origin. Unlike
+    :func:`soft_clip_norm` the norm gets no gradient at all, so training cannot push it outwards (on
+    NEWS the soft clip saturates: every text ends at the bound while the encoder's own norm grows and
+    the gradient reaching its direction shrinks as ``R / |h|``; docs/results.md §8).
+    """
+    return h * (norm / h.norm(dim=-1, keepdim=True).clamp_min(eps))
+
+
 class PrototypicalNetwork(nn.Module):
     """Nearest-prototype classifier in a learned Euclidean or hyperbolic space.
 
@@ -99,6 +110,7 @@ class PrototypicalNetwork(nn.Module):
         logit_scale: float = 1.0,
         learn_scale: bool = False,
         max_norm: float | None = None,
+        fixed_norm: float | None = None,
     ):
         super().__init__()
         if metric not in METRICS:
@@ -107,6 +119,10 @@ class PrototypicalNetwork(nn.Module):
             raise DyntcError(f"logit_scale must be a number > 0 (the logits are -logit_scale * d²), got {logit_scale!r}")
         if max_norm is not None and not (is_number(max_norm) and max_norm > 0):
             raise DyntcError(f"max_norm must be None (no clip) or a number > 0, got {max_norm!r}")
+        if fixed_norm is not None and not (is_number(fixed_norm) and fixed_norm > 0):
+            raise DyntcError(f"fixed_norm must be None (no projection) or a number > 0, got {fixed_norm!r}")
+        if fixed_norm is not None and max_norm is not None:
+            raise DyntcError("max_norm (a soft clip) and fixed_norm (a projection to that norm) exclude each other: set one")
         if not isinstance(learn_scale, bool):
             raise DyntcError(f"learn_scale must be True or False, got {learn_scale!r}")
         self.encoder = encoder
@@ -117,6 +133,7 @@ class PrototypicalNetwork(nn.Module):
         self.logit_scale = float(logit_scale)  # the initial value when learnt
         self.learn_scale = learn_scale
         self.max_norm = None if max_norm is None else float(max_norm)
+        self.fixed_norm = None if fixed_norm is None else float(fixed_norm)
         if learn_scale:
             # learnt in log space (stays positive); a parameter only when learnt, so that checkpoints of
             # models without it keep loading strictly
@@ -131,6 +148,8 @@ class PrototypicalNetwork(nn.Module):
             "logit_scale": self.logit_scale,
             "learn_scale": self.learn_scale,
             "max_norm": self.max_norm,
+            # only when set: configurations (and snapshot keys) of models without it stay as they were
+            **({"fixed_norm": self.fixed_norm} if self.fixed_norm is not None else {}),
         }
 
     def scale(self) -> torch.Tensor | float:
@@ -144,6 +163,8 @@ class PrototypicalNetwork(nn.Module):
     def to_metric_space(self, h: torch.Tensor) -> torch.Tensor:
         if self.max_norm is not None:
             h = soft_clip_norm(h, self.max_norm)
+        if self.fixed_norm is not None:
+            h = project_to_norm(h, self.fixed_norm)
         return lorentz.project(h) if self.metric == "hyperbolic" else h
 
     def prototypes(self, points: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:

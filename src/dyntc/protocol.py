@@ -137,6 +137,7 @@ class Profile:
     logit_scale: float = 1.0
     learn_scale: bool = False
     max_norm: float | None = None
+    fixed_norm: float | None = None  # encoder output projected to this norm (direction only) before the lift
     # HYP: backpropagate through the Fréchet mean. The paper detached it; on SENT's dev sets the gradient
     # through the mean wins clearly (docs/results.md §7), so it is the default of every profile
     differentiable_mean: bool = True
@@ -325,7 +326,7 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 
 # Profile fields added after runs were recorded, at the value that behaves as before they existed:
 # left out of the fingerprint at that value, so those runs still resume.
-_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None}
+_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None}
 
 
 @dataclass
@@ -751,7 +752,9 @@ class ProtocolRun:
         if model not in METRIC_MODELS:
             return {}
         hp = self.model_hp(model)
-        return {k: hp[k] for k in ("logit_scale", "learn_scale", "max_norm", "differentiable_mean")}
+        from dyntc.tuning import MODEL_OPTIONS
+
+        return {k: hp[k] for k in MODEL_OPTIONS}
 
     def _encoder_for(self, model: str, enc0, split_seed: int):
         """A copy of the split's encoder, or a fresh one (same seed) where `model` has its own dropout."""

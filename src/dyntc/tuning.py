@@ -25,8 +25,8 @@ from dyntc.errors import DyntcError, is_number
 
 # What a candidate may set: the optimiser's learning rate, the encoder's dropout, and the
 # PrototypicalNetwork options (EUC/HYP only).
-TUNABLE = ("lr", "dropout", "logit_scale", "learn_scale", "max_norm", "differentiable_mean")
-MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "differentiable_mean")
+TUNABLE = ("lr", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
+MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
 
 
 @dataclass
@@ -80,7 +80,7 @@ def parse_grid(text: str | None) -> TuningGrid:
 def _value(name: str, raw: str) -> Any:
     if name in ("learn_scale", "differentiable_mean"):
         return raw.lower() in ("1", "true", "yes")
-    if name == "max_norm" and raw.lower() == "none":
+    if name in ("max_norm", "fixed_norm") and raw.lower() == "none":
         return None
     return float(raw)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import Self
 
 import numpy as np
 import torch
@@ -25,8 +25,6 @@ from dyntc.classifier.fit import check_pairs
 from dyntc.classifier.labels import check_examples
 from dyntc.errors import DyntcError, is_number
 
-if TYPE_CHECKING:
-    from dyntc.classifier.estimator import DynamicClassifier
 
 ECE_BINS = 15
 
@@ -179,7 +177,7 @@ class CalibrationMixin:
         return self.calibration_
 
     def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
-                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> "DynamicClassifier":
+                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> Self:
         """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
 
         `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).

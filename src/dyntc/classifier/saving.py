@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager
+from typing import Any, ContextManager, Self
 
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
@@ -21,8 +21,6 @@ from dyntc.classifier.params import space_options
 from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
 from dyntc.errors import DyntcError, is_int
 
-if TYPE_CHECKING:
-    from dyntc.classifier.estimator import DynamicClassifier
 
 #: Version of the classifier's stored description (params, calibration); the store has its own.
 CLASSIFIER_FORMAT = 2
@@ -134,7 +132,7 @@ class PersistenceMixin:
         return save_classifier(self, path)
 
     @classmethod
-    def edit(cls, path: str | Path) -> ContextManager["DynamicClassifier"]:
+    def edit(cls, path: str | Path) -> ContextManager[Self]:
         """Read-modify-write of a saved classifier under the store's write lock::
 
             with DynamicClassifier.edit("model/") as clf:
@@ -146,7 +144,7 @@ class PersistenceMixin:
         return edit_classifier(cls, path)
 
     @classmethod
-    def load(cls, path: str | Path, version: int | None = None) -> "DynamicClassifier":
+    def load(cls, path: str | Path, version: int | None = None) -> Self:
         """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
         afterwards to move it)."""
         return load_classifier(cls, path, version)
