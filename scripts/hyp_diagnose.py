@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         # the protocol's own helpers (and order of seeding), so that the model, encoder and config are the run's
         encoder = run._encoder_for(args.model, enc0, split_seed)
         torch.manual_seed(derive_seed(plan.seed, split_seed, args.model, "init"))
-        model = build_model(args.model, encoder, len(old), **run.model_options(args.model))
+        model = build_model(args.model, encoder, len(old), **plan.model_options(args.model))
         cfg = run._cfg("pretrain", derive_seed(plan.seed, split_seed, args.model, "pretrain"), model=args.model)
         cfg.progress = False
         init_scale = episode_scale(copy.deepcopy(model), pretrain, cfg, seed=1)

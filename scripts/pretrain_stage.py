@@ -23,7 +23,7 @@ import torch
 
 from dyntc.data.datasets import load
 from dyntc.protocol import ProtocolRun, get_profile, make_plan
-from dyntc.tuning import TUNABLE, _value
+from dyntc.protocol.profiles import TUNABLE, parse_setting
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     settings.setdefault("pretrain_min_episodes", settings.get("pretrain_episodes", str(profile.pretrain_episodes)))
     # the model's own settings (lr, dropout, its options) go where --tune puts them, over the profile's
     # per-model entry for the dataset (e.g. `max_norm=none fixed_norm=10` replaces NEWS HYP's clip)
-    own = {k: _value(k, settings.pop(k)) for k in list(settings) if k in TUNABLE}
+    own = {k: parse_setting(k, settings.pop(k)) for k in list(settings) if k in TUNABLE}
     if own:
         per_model = dict(profile.per_model.get(args.dataset, profile.per_model.get("*")) or {})
         per_model[args.model] = {**per_model.get(args.model, {}), **own}

@@ -3,7 +3,7 @@
     python scripts/replay_stopping.py docs/runs/sent-sru-paper/results.json
 
 For every pretraining stage in ``results.json`` (split x model) it prints the step the stage stopped
-at and the step the rule of the run's profile, as the code now builds it (``ProtocolRun._cfg``:
+at and the step the rule of the run's profile, as the code now builds it (``RunPlan.train_config``:
 floor, chance hold, patience), stops the same history at. Equal steps everywhere mean a change of the
 stopping rule leaves the run's results as they are (the stages are deterministic up to their stop).
 Exits with status 1 if any stage differs.
@@ -16,7 +16,7 @@ import math
 import sys
 from pathlib import Path
 
-from dyntc.protocol import ProtocolRun, make_plan
+from dyntc.protocol import make_plan
 from dyntc.stopping import replay
 
 
@@ -31,12 +31,10 @@ def replayed_stop(history: list[dict], cfg, chance: float | None) -> int:
 def main(path: str) -> int:
     results = json.loads(Path(path).read_text(encoding="utf-8"))
     plan = make_plan(results["dataset"], results["profile"], seed=results["seed"])
-    run = ProtocolRun.__new__(ProtocolRun)  # only the config builder is needed: no data, no files
-    run.plan, run.hp, run.progress, run._on_work = plan, plan.hp, False, None
     differ = 0
     for split, models in sorted(results["pretraining"].items(), key=lambda kv: int(kv[0])):
         for model, info in models.items():
-            cfg = run._cfg("pretrain", 0, model=model)
+            cfg = plan.train_config("pretrain", 0, model=model)
             n_old = len(results["split_info"][split]["old_labels"])
             chance = None if model == "mlp" else math.log(min(cfg.max_classes, n_old))
             replayed = replayed_stop(info["history"], cfg, chance)

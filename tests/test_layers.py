@@ -29,7 +29,6 @@ LAYERS = {
     "dyntc.classifier": 5,
     "dyntc.protocol": 5,
     "dyntc.runner": 5,
-    "dyntc.tuning": 5,
     "dyntc.report": 5,
     "dyntc.cli": 6,
     "dyntc.serve": 6,

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 import dyntc.protocol as protocol
+import dyntc.protocol.run as protocol_run
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, accuracies, make_plan
+from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown
 from dyntc.training import Encoded
@@ -51,10 +53,10 @@ class Counter:
 
 @pytest.fixture()
 def counted(monkeypatch):
-    proto = Counter(protocol.train_prototypical)
-    sup = Counter(protocol.train_supervised)
-    monkeypatch.setattr(protocol, "train_prototypical", proto)
-    monkeypatch.setattr(protocol, "train_supervised", sup)
+    proto = Counter(protocol_run.train_prototypical)
+    sup = Counter(protocol_run.train_supervised)
+    monkeypatch.setattr(protocol_run, "train_prototypical", proto)
+    monkeypatch.setattr(protocol_run, "train_supervised", sup)
     return proto, sup
 
 
@@ -185,11 +187,11 @@ def test_logreg_on_frozen_embeddings_and_rejects_token_ids():
         labels = np.repeat(np.arange(3), n)
         items = [torch.tensor(centers[y] + rng.normal(size=8), dtype=torch.float32) for y in labels]
         return Encoded(items, labels, ["a", "b", "c"])
-    pred = protocol._logreg_predict(make(5), test := make(20), seed=0)
+    pred = logreg_predict(make(5), test := make(20), seed=0)
     assert (pred == test.labels).mean() > 0.9
     ids = Encoded([torch.tensor([3, 4, 5]), torch.tensor([1, 2])], np.array([0, 1]), ["a", "b"])
     with pytest.raises(DyntcError, match="frozen pretrained encoder"):
-        protocol._logreg_predict(ids, ids, seed=0)
+        logreg_predict(ids, ids, seed=0)
 
 
 # ---- a real (tiny) run --------------------------------------------------------------------------
@@ -290,8 +292,8 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
 
 
 def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch):
-    proto = Counter(protocol.train_prototypical, fail_after=3)
-    monkeypatch.setattr(protocol, "train_prototypical", proto)
+    proto = Counter(protocol_run.train_prototypical, fail_after=3)
+    monkeypatch.setattr(protocol_run, "train_prototypical", proto)
     with pytest.raises(KeyboardInterrupt):
         run_tiny(small_sent, tmp_path, models="mlp,euc")
     partial = json.loads((tmp_path / "results.json").read_text())  # valid JSON after the interruption
@@ -300,9 +302,9 @@ def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch)
     assert {("mlp", v, n) for v in ("fine-tuned", "un-tuned", "scratch") for n in (5, 10)} <= done
     assert len(done) < 12
     counter = Counter(proto.fn)
-    monkeypatch.setattr(protocol, "train_prototypical", counter)
-    sup = Counter(protocol.train_supervised)
-    monkeypatch.setattr(protocol, "train_supervised", sup)
+    monkeypatch.setattr(protocol_run, "train_prototypical", counter)
+    sup = Counter(protocol_run.train_supervised)
+    monkeypatch.setattr(protocol_run, "train_supervised", sup)
     final = run_tiny(small_sent, tmp_path, models="mlp,euc")
     assert sup.calls == 0  # the MLP cells were all written before the interruption
     assert len(final["rows"]) == 12 and final["finished"]
@@ -316,7 +318,7 @@ def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_pa
     the rerun resumes the stage from it and ends with the uninterrupted run's rows, snapshots gone."""
     import dataclasses
 
-    real = protocol.train_prototypical
+    real = protocol_run.train_prototypical
     snapshots = []
 
     def stopped_mid_stage(model, train, dev, cfg, *args, **kwargs):
@@ -332,13 +334,13 @@ def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_pa
             cfg = dataclasses.replace(cfg, on_work=kill_at_15)
         return real(model, train, dev, cfg, *args, **kwargs)
 
-    monkeypatch.setattr(protocol, "train_prototypical", stopped_mid_stage)
+    monkeypatch.setattr(protocol_run, "train_prototypical", stopped_mid_stage)
     with pytest.raises(KeyboardInterrupt):
         run_tiny(small_sent, tmp_path, models="euc")
     assert snapshots[0].name == "euc-pretrain.partial.pt"
     assert list((tmp_path / "checkpoints").rglob("*.partial.pt")) == [snapshots[0]]
     assert torch.load(snapshots[0], weights_only=True)["step"] == 10
-    monkeypatch.setattr(protocol, "train_prototypical", real)
+    monkeypatch.setattr(protocol_run, "train_prototypical", real)
     again = run_tiny(small_sent, tmp_path, models="euc")
     expected = [r for r in tiny_run[1]["rows"] if r["model"] == "euc"]
     assert [_without_timings(r) for r in again["rows"]] == [_without_timings(r) for r in expected]

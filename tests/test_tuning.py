@@ -2,6 +2,7 @@
 depends on the pretraining dev set only (never on the test set)."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from dyntc.data.types import Dataset, Split
 from dyntc.errors import DyntcError
 from dyntc.protocol import Profile, make_plan, tune_profile
 from dyntc.runner import reproduce
-from dyntc.tuning import TuningGrid, candidates, parse_grid, select, tune
+from dyntc.protocol.tuning import TuningGrid, candidates, parse_grid, select, tune
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -117,14 +118,14 @@ def test_tuning_choice_follows_the_dev_set(small_sent, tmp_path, monkeypatch):
 
 def test_reproduce_with_tune_records_and_uses_the_choice(small_sent, tmp_path, monkeypatch):
     seen = []
-    original = protocol.ProtocolRun.model_hp
+    original = protocol.RunPlan.model_hp
 
     def spy(self, model):
         hp = original(self, model)
         seen.append((model, hp["lr"]))
         return hp
 
-    monkeypatch.setattr(protocol.ProtocolRun, "model_hp", spy)
+    monkeypatch.setattr(protocol.RunPlan, "model_hp", spy)
     res = reproduce(small_sent, "tiny", tmp_path / "run", models="euc", variants="un-tuned", n_fine="5",
                     tune=True, tune_grid="lr=3e-3,3e-2", progress=False, log=lambda m: None)
     chosen = res["tuning"]["euc"]["chosen"]
@@ -144,15 +145,19 @@ def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     """Profile defaults, per_model overrides and the MLP's lack of prototype options."""
     prof = Profile("t", per_model={"*": {"hyp": {"lr": 0.5, "max_norm": 3.0}}}, pretrain_min_episodes=7)
     plan = make_plan("sent", prof, models="euc,hyp", variants="un-tuned")
-    run = protocol.ProtocolRun(small_sent, plan, tmp_path / "r", progress=False, log=lambda m: None)
-    assert run.model_options("mlp") == {}
-    assert run.model_options("euc") == {"logit_scale": 1.0, "learn_scale": False, "max_norm": None, "fixed_norm": None,
-                                        "differentiable_mean": True}
-    assert run.model_options("hyp")["max_norm"] == 3.0
-    assert run.model_hp("hyp")["lr"] == 0.5 and run.model_hp("euc")["lr"] == prof.lr
-    assert run._cfg("pretrain", 0, model="hyp").lr == 0.5 and run._cfg("pretrain", 0, model="euc").lr == prof.lr
+    assert plan.model_options("mlp") == {}
+    assert plan.model_options("euc") == {"logit_scale": 1.0, "learn_scale": False, "max_norm": None, "fixed_norm": None,
+                                         "differentiable_mean": True}
+    assert plan.model_options("hyp")["max_norm"] == 3.0
+    assert plan.model_hp("hyp")["lr"] == 0.5 and plan.model_hp("euc")["lr"] == prof.lr
+    config = plan.train_config
+    assert config("pretrain", 0, model="hyp").lr == 0.5 and config("pretrain", 0, model="euc").lr == prof.lr
     # the slow-start guard applies to EUC/HYP pretraining only
-    assert run._cfg("pretrain", 0, model="hyp").min_steps == 7 and run._cfg("finetune", 0, model="hyp").min_steps == 0
-    assert run._cfg("pretrain", 0, model="mlp").min_steps == 0
-    assert run._cfg("pretrain", 0, model="euc").hold_at_chance and not run._cfg("finetune", 0, model="euc").hold_at_chance
-    assert not run._cfg("pretrain", 0, model="mlp").hold_at_chance
+    assert config("pretrain", 0, model="hyp").min_steps == 7 and config("finetune", 0, model="hyp").min_steps == 0
+    assert config("pretrain", 0, model="mlp").min_steps == 0
+    assert config("pretrain", 0, model="euc").hold_at_chance and not config("finetune", 0, model="euc").hold_at_chance
+    assert not config("pretrain", 0, model="mlp").hold_at_chance
+    # a run's stage configs are the plan's, with the run's progress, work hook and snapshot file
+    run = protocol.ProtocolRun(small_sent, plan, tmp_path / "r", progress=False, log=lambda m: None)
+    assert run._cfg("pretrain", 3, model="hyp", snapshot=tmp_path / "s.pt") == replace(
+        config("pretrain", 3, model="hyp"), progress=False, snapshot=tmp_path / "s.pt")

@@ -272,7 +272,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
                 run.log(item[1])
                 if time.perf_counter() - reported > REPORT_EVERY_S:
                     # a unit takes up to hours: keep tables.md and the plots current for a run that is stopped
-                    run._save()
+                    run.save()
                     run.write_report()
                     reported = time.perf_counter()
             elif kind == "work":
@@ -288,7 +288,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
             elif kind == "done":
                 n_done += 1
                 progress.unit_done(by_name[item[1]], item[2], item[3], n_done, len(units))
-                run._save()  # fetch the workers' rows for the tables
+                run.save()  # fetch the workers' rows for the tables
                 run.write_report()
                 reported = time.perf_counter()
         for p in procs:
@@ -339,7 +339,7 @@ def reproduce(
     in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
     threads are much slower on a busy machine). `tune` first selects each model's settings on the
     pretraining dev set (:func:`dyntc.protocol.tune_profile`; grid `tune_grid`, see
-    :func:`dyntc.tuning.parse_grid`). `embeddings` is a GloVe text file for the sru encoder (default:
+    :func:`dyntc.protocol.tuning.parse_grid`). `embeddings` is a GloVe text file for the sru encoder (default:
     the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it).
     """
     if not is_int(jobs) or jobs < 1:

@@ -1,13 +1,13 @@
 """Per-model hyperparameter selection on the pretraining dev set.
 
 The paper (Section 5): "We tuned the learning rate and dropout for each model on a held-out
-validation set." :func:`tune` does this for a protocol run: for each model, every candidate of a
-small grid (:func:`candidates`) is pretrained on the first label split's pretraining pool (``Y_old``)
-with the run's early stopping, and scored by its best accuracy on ``dev_old`` (the dev set relabelled
-to ``Y_old``). The candidate with the highest dev score wins; ties go to the candidate listed first
-(ties go to the candidate closest to the profile's own values, then to the first listed). The test set is never loaded into the
-selection: :func:`select` sees only ``(candidate, dev score)`` pairs, and the pretraining runs see
-only the pretraining pool and ``dev_old``.
+validation set." :func:`tune_profile` does this for a protocol run: for each model, every candidate
+of a small grid (:func:`candidates`) is pretrained on the first label split's pretraining pool
+(``Y_old``) with the run's early stopping, and scored by its best accuracy on ``dev_old`` (the dev
+set relabelled to ``Y_old``). The candidate with the highest dev score wins; ties go to the candidate
+closest to the profile's own values, then to the first listed (:func:`select`). The test set is never
+loaded into the selection: :func:`select` sees only ``(candidate, dev score)`` pairs, and the
+pretraining runs see only the pretraining pool and ``dev_old``.
 
 The choice is written into the profile's ``per_model`` field (``{model: {lr, dropout, ...}}``), so it
 enters the run's fingerprint and ``results.json``; :func:`tune` also returns every candidate's score.
@@ -16,17 +16,23 @@ enters the run's fingerprint and ``results.json``; :func:`tune` also returns eve
 from __future__ import annotations
 
 import itertools
+import json
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from dyntc.errors import DyntcError, is_number
+from tqdm.auto import tqdm
 
-# What a candidate may set: the optimiser's learning rate, the encoder's dropout, and the
-# PrototypicalNetwork options (EUC/HYP only).
-TUNABLE = ("lr", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
-MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
+from dyntc.data.types import Dataset
+from dyntc.errors import DyntcError, is_number
+from dyntc.files import write_json
+from dyntc.protocol.plan import RunPlan
+from dyntc.protocol.profiles import MODEL_OPTIONS, TUNABLE, parse_setting
+from dyntc.protocol.run import ProtocolRun
+from dyntc.training import check_out_dir
 
 
 @dataclass
@@ -68,21 +74,13 @@ def parse_grid(text: str | None) -> TuningGrid:
         if name not in TUNABLE:
             raise DyntcError(f"--tune-grid: unknown setting {name!r}; choose from {', '.join(TUNABLE)}")
         try:
-            values = tuple(_value(name, v.strip()) for v in raw.split(",") if v.strip())
+            values = tuple(parse_setting(name, v.strip()) for v in raw.split(",") if v.strip())
         except ValueError:
             raise DyntcError(f"--tune-grid: {key}={raw!r} must be comma-separated numbers") from None
         if not values:
             raise DyntcError(f"--tune-grid: {key} has no values")
         space.setdefault(model or "*", {})[name] = values
     return TuningGrid(space)
-
-
-def _value(name: str, raw: str) -> Any:
-    if name in ("learn_scale", "differentiable_mean"):
-        return raw.lower() in ("1", "true", "yes")
-    if name in ("max_norm", "fixed_norm") and raw.lower() == "none":
-        return None
-    return float(raw)
 
 
 def candidates(space: Mapping[str, Sequence], defaults: Mapping[str, Any]) -> list[dict]:
@@ -152,3 +150,37 @@ def tune(
                       "candidates": rows}
         log(f"tune {model}: chose {chosen} (dev_old acc {best:.4f})")
     return out
+
+
+def tune_profile(dataset: Dataset, plan: RunPlan, out: Path, *, grid: str | None = None,
+                 log: Callable[[str], None] | None = None) -> dict[str, dict]:
+    """Select each model's lr / dropout (and grid options) on split 0's ``dev_old``, as the paper tuned
+    them on a held-out validation set (:func:`tune`). Cached in ``out/tuning.json`` (reused when
+    the plan and grid are the same). The test set plays no part: only pretraining runs are scored."""
+    log = log or (lambda msg: tqdm.write(msg))
+    parsed = parse_grid(grid)
+    key = {"fingerprint": plan.fingerprint(), "grid": {m: {k: list(v) for k, v in parsed.for_model(m).items()}
+                                                       for m in plan.models if m != "logreg"}}
+    cache = Path(out) / "tuning.json"
+    if cache.is_file():
+        try:
+            saved = json.loads(cache.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            saved = None
+        if isinstance(saved, dict) and saved.get("key") == json.loads(json.dumps(key)):
+            log(f"tuning: reusing the choice in {cache}")
+            return saved["tuning"]
+    check_out_dir(Path(out))
+    scratch = Path(out) / "tuning-runs"
+    def score(model: str, candidate: dict) -> tuple[float | None, dict]:
+        per_model = {**(plan.hp.get("per_model") or {})}
+        per_model[model] = {**per_model.get(model, {}), **candidate}
+        prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
+        cand_plan = replace(plan, profile=prof, hp={**plan.hp, "per_model": per_model})
+        run = ProtocolRun(dataset, cand_plan, scratch, force=True, progress=False, log=lambda m: None)
+        return run.pretrain_dev_score(model, split=0)
+
+    result = tune([m for m in plan.models if m != "logreg"], parsed, plan.model_hp, score, log=log)
+    shutil.rmtree(scratch, ignore_errors=True)
+    write_json(cache, {"key": key, "tuning": result})
+    return result

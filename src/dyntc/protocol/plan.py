@@ -1,0 +1,233 @@
+"""A run's plan: the dataset, the resolved profile and the selection of splits, models, variants and
+n_fine, validated before any work; its fingerprint (what a resumed run must match); stable seeds."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from dyntc.data.dynamic import check_fraction
+from dyntc.errors import DyntcError
+from dyntc.protocol.profiles import (
+    ALL_MODELS,
+    DEFAULT_MODELS,
+    METRIC_MODELS,
+    MODEL_OPTIONS,
+    MODEL_VARIANTS,
+    VARIANTS,
+    Profile,
+    get_profile,
+    override,
+)
+from dyntc.training import TrainConfig, check_device
+
+
+def parse_int_list(text: str | None, what: str) -> tuple[int, ...] | None:
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if not isinstance(text, str):
+        return tuple(int(v) for v in text)
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise DyntcError(f"{what} must be comma-separated integers, got {text!r}") from None
+    return values
+
+
+def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(v.strip().lower() for v in (text.split(",") if isinstance(text, str) else text) if v.strip())
+    bad = [n for n in names if n not in allowed]
+    if bad or not names:
+        raise DyntcError(f"unknown {what} {bad or names!r}: choose from {', '.join(allowed)}")
+    return tuple(dict.fromkeys(names))
+
+
+# Profile fields added after runs were recorded, at the value that behaves as before they existed:
+# left out of the fingerprint at that value, so those runs still resume.
+_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None}
+
+
+@dataclass
+class RunPlan:
+    dataset: str
+    profile: Profile
+    hp: dict[str, Any]  # the profile resolved for the dataset (plus the options below)
+    splits: int
+    n_fine: tuple[int, ...]
+    models: tuple[str, ...]
+    variants: tuple[str, ...]
+    encoder: str
+    seed: int
+    device: str
+    scratch_n_fine: tuple[int, ...] | None = None  # the scratch variant only at these n_fine (None: at all)
+    # GloVe text file for the sru encoder (None: the packaged glove.6B.50d). Not in the fingerprint: the
+    # vocabulary digest in results.json guards resumes instead, so a subset file of the same vectors
+    # (``dyntc export-glove``) resumes a run made with the package, e.g. on a GPU host without it.
+    embeddings: str | None = None
+
+    def cells(self, split: int) -> list[tuple[str, str, int, int]]:
+        return [
+            (m, v, n, split)
+            for m in self.models
+            for n in self.n_fine
+            for v in self.variants
+            if v in MODEL_VARIANTS[m] and not (v == "scratch" and self.scratch_n_fine is not None
+                                                and n not in self.scratch_n_fine)
+        ]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match between a results directory and a rerun (selection of cells excluded)."""
+        hp = {k: v for k, v in self.hp.items() if k not in ("splits", "n_fine", "scratch_ends_only", "description")
+              and not (k in _NEW_FIELD_DEFAULTS and v == _NEW_FIELD_DEFAULTS[k])}
+        return {"dataset": self.dataset, "encoder": self.encoder, "seed": self.seed, "hyperparameters": hp}
+
+    def model_hp(self, model: str) -> dict[str, Any]:
+        """The resolved profile with `model`'s ``per_model`` overrides (lr, dropout, prototype options)."""
+        return {**self.hp, **((self.hp.get("per_model") or {}).get(model) or {})}
+
+    def model_options(self, model: str) -> dict[str, Any]:
+        """Keyword options of :func:`dyntc.models.build_model` for `model` (none for the MLP)."""
+        if model not in METRIC_MODELS:
+            return {}
+        hp = self.model_hp(model)
+        return {k: hp[k] for k in MODEL_OPTIONS}
+
+    def train_config(self, stage: str, seed: int, *, model: str | None = None, n_support: int | None = None,
+                     n_train: int | None = None) -> TrainConfig:
+        """The training loop's settings for `model`'s ``"pretrain"`` or ``"finetune"`` stage (fine-tuning
+        and training from scratch share them); `n_train` examples raise the MLP's few-shot epochs."""
+        hp = self.model_hp(model) if model else self.hp
+        pre = stage == "pretrain"
+        epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
+        if not pre and n_train and hp["finetune_min_steps"]:
+            batches = math.ceil(n_train / hp["batch_size"])
+            epochs = max(epochs, math.ceil(hp["finetune_min_steps"] / batches))
+            patience = max(patience, math.ceil(hp["finetune_min_steps"] / (3 * batches)))
+        return TrainConfig(
+            lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
+            max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
+            max_epochs=epochs,
+            batch_size=hp["batch_size"],
+            n_support=n_support or hp["n_support"],
+            n_query=hp["n_query"],
+            max_classes=hp["max_classes"],
+            eval_every=hp["pretrain_eval_every" if pre else "finetune_eval_every"],
+            patience=patience,
+            eval_support_per_class=hp["pretrain_eval_support_per_class" if pre else "finetune_eval_support_per_class"],
+            min_steps=hp["pretrain_min_episodes"] if pre and model != "mlp" else 0,
+            hold_at_chance=bool(pre and model != "mlp" and hp["pretrain_min_episodes"]),
+            time_budget_s=hp["stage_time_budget_s"],
+            seed=seed,
+            device=self.device,
+        )
+
+
+def make_plan(
+    dataset: str,
+    profile: str | Profile,
+    *,
+    splits: int | None = None,
+    n_fine: str | tuple[int, ...] | None = None,
+    models: str | tuple[str, ...] | None = None,
+    variants: str | tuple[str, ...] | None = None,
+    encoder: str = "sru",
+    p: float | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    settings: dict[str, str] | None = None,
+    scratch_n_fine: str | tuple[int, ...] | None = None,
+    embeddings: str | Path | None = None,
+) -> RunPlan:
+    """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
+
+    `scratch_n_fine` limits the (costly) scratch variant to some of the n_fine values, e.g. the low
+    and the high end that the pretraining-gain figure needs (without it, a profile with
+    ``scratch_ends_only`` keeps the run's smallest and largest n_fine); like the other selections it
+    is not part of the fingerprint, so a run can be resumed with another choice."""
+    from dyntc.data.datasets import resolve_name
+
+    try:  # aliases ("20news", ...) get the dataset's own hyperparameters
+        dataset = resolve_name(dataset)
+    except DyntcError:  # a Dataset of the user's own: the profile's "*" values
+        pass
+    prof = override(get_profile(profile), settings or {})
+    if p is not None:
+        prof = replace(prof, p=check_fraction(p))
+    check_fraction(prof.p)
+    hp = prof.for_dataset(dataset)
+    n_splits = prof.splits if splits is None else int(splits)
+    if n_splits < 1:
+        raise DyntcError(f"--splits must be >= 1, got {n_splits}")
+    fine = parse_int_list(n_fine, "--n-fine") if n_fine is not None else tuple(hp["n_fine"])
+    if not fine:
+        raise DyntcError("--n-fine needs at least one value")
+    if any(n < 1 for n in fine):
+        raise DyntcError(f"--n-fine values must be >= 1, got {list(fine)}")
+    fine = tuple(sorted(set(fine)))
+    chosen_models = parse_names(models, ALL_MODELS, "model(s)") or DEFAULT_MODELS
+    chosen_variants = parse_names(variants, VARIANTS, "variant(s)") or VARIANTS
+    check_device(device)
+    if "logreg" in chosen_models and encoder == "sru":
+        raise DyntcError(
+            "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "
+            "it needs --encoder minilm (or a local sentence-transformers model), not sru"
+        )
+    trains_metric = any(m in METRIC_MODELS for m in chosen_models) and any(
+        v in ("fine-tuned", "scratch") for v in chosen_variants
+    )
+    if trains_metric and min(fine) < hp["n_support"] + 1:
+        raise DyntcError(
+            f"n_fine={min(fine)} is too small for episodic fine-tuning of euc/hyp with n_support={hp['n_support']}: "
+            f"each class needs n_support + 1 = {hp['n_support'] + 1} examples (raise --n-fine or set n_support lower)"
+        )
+    for name in ("hidden_size", "num_layers", "n_support", "n_query", "batch_size", "knn_k", "max_len"):
+        if hp[name] is not None and hp[name] < 1:
+            raise DyntcError(f"profile setting {name} must be >= 1, got {hp[name]}")
+    if hp["max_classes"] < 2:
+        raise DyntcError(f"profile setting max_classes must be >= 2, got {hp['max_classes']}")
+    scratch = None
+    if scratch_n_fine is not None:
+        scratch = tuple(sorted(set(parse_int_list(scratch_n_fine, "--scratch-n-fine"))))
+        stray = sorted(set(scratch) - set(fine))
+        if not scratch or stray:
+            raise DyntcError(f"--scratch-n-fine must list some of the run's n_fine values {list(fine)}; "
+                             f"got {list(scratch) if scratch else 'none'}")
+        if "scratch" not in chosen_variants:
+            raise DyntcError("--scratch-n-fine is given but the scratch variant is not among --variants")
+    elif hp["scratch_ends_only"] and "scratch" in chosen_variants:
+        scratch = tuple(sorted({fine[0], fine[-1]}))
+    if embeddings is not None:
+        if encoder != "sru":
+            raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {encoder}")
+        if not Path(embeddings).is_file():
+            raise DyntcError(f"--embeddings {str(embeddings)!r} is not a file: pass a GloVe text file "
+                             "('word v1 ... vd' per line, e.g. from dyntc export-glove), or omit it for the packaged glove.6B.50d")
+        embeddings = str(Path(embeddings).resolve())
+    hp["splits"], hp["n_fine"] = n_splits, list(fine)
+    return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
+                   scratch, embeddings)
+
+
+def derive_seed(*parts: Any) -> int:
+    """A stable 31-bit seed from any parts (same on every run and machine)."""
+    return zlib.crc32("/".join(map(str, parts)).encode()) & 0x7FFFFFFF
+
+
+def cell_key(model: str, variant: str, n_fine: int, split: int) -> str:
+    return f"{model}/{variant}/{n_fine}/{split}"
+
+
+def model_view(fingerprint: dict, model: str) -> dict:
+    """A run fingerprint as one model sees it: the per-model settings of the other models left out, so
+    that tuning one model leaves the others' finished work valid."""
+    hp = fingerprint.get("hyperparameters")
+    if not isinstance(hp, dict):
+        return fingerprint
+    per_model = hp.get("per_model") or {}
+    return {**fingerprint, "hyperparameters": {**hp, "per_model": per_model.get(model) if isinstance(per_model, dict) else per_model}}
+

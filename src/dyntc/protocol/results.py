@@ -1,0 +1,189 @@
+"""What a run keeps on disk: ``results.json`` (opened against the plan's fingerprint, merged between
+worker processes under a file lock) and the pretrained weights under ``checkpoints/``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from dyntc import __version__
+from dyntc.checkpoint import update_json
+from dyntc.errors import DyntcError
+from dyntc.files import atomic_write, write_json
+from dyntc.models import load_trainable_state, trainable_state
+from dyntc.protocol.plan import RunPlan, cell_key, model_view
+from dyntc.training import check_out_dir, machine_description
+
+RESULTS_FORMAT = 1
+_ROW_ORDER = ("model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def ordered_row(row: dict) -> dict:
+    """A result row with its identifying and accuracy fields first (for people reading results.json)."""
+    return {**{k: row[k] for k in _ROW_ORDER if k in row}, **{k: v for k, v in row.items() if k not in _ROW_ORDER}}
+
+
+def merge_results(disk: dict, ours: dict, *, header: bool) -> dict:
+    """`ours` merged into `disk` (the results file as another process left it): rows joined by cell (a
+    cell already on disk is kept: it was computed from the same seeds), ``split_info`` and
+    ``pretraining`` per split and model; with `header`, our run-level fields win (the parent process)."""
+    merged = {**disk, **{k: v for k, v in ours.items() if k not in ("rows", "split_info", "pretraining")}} if header else dict(disk)
+    rows = list(disk.get("rows", []))
+    have = {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in rows}
+    rows += [r for r in ours.get("rows", []) if cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) not in have]
+    merged["rows"] = rows
+    for part in ("split_info", "pretraining"):
+        merged[part] = {s: dict(v) for s, v in disk.get(part, {}).items()}
+        for s, v in ours.get(part, {}).items():
+            merged[part].setdefault(s, {}).update(v)
+    if "vocabulary" in ours:  # a worker may be the first process to build the encoder
+        merged.setdefault("vocabulary", ours["vocabulary"])
+    merged["updated"] = now()
+    return merged
+
+
+def describe_difference(old: dict, new: dict, prefix: str = "") -> str:
+    """The first few fields in which two (nested) fingerprints differ, for an error message."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            inner = describe_difference(a, b, f"{prefix}{key}.")
+            if inner:
+                out.append(inner)
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} there, {b!r} now")
+    return "; ".join(out[:4]) + ("; ..." if len(out) > 4 else "")
+
+
+class ResultsFile:
+    """A run directory's ``results.json``: the run's header, its finished cells (``rows``), each split's
+    label sets (``split_info``) and each pretraining stage's record (``pretraining``).
+
+    Opening checks the file against the plan's fingerprint: a run with another configuration is refused,
+    unless the difference concerns only models with nothing finished. A worker process (``worker=True``)
+    merges its rows into the file and leaves the run-level fields to the parent.
+    """
+
+    def __init__(self, out: Path, plan: RunPlan, *, force: bool = False, worker: bool = False,
+                 log: Callable[[str], None] = print):
+        self.out, self.plan, self.worker, self.log = Path(out), plan, worker, log
+        self.path = self.out / "results.json"
+        self.data = self._open(force)
+
+    def _open(self, force: bool) -> dict:
+        fingerprint = self.plan.fingerprint()
+        check_out_dir(self.out)
+        if not self.path.is_file():
+            self.out.mkdir(parents=True, exist_ok=True)
+            return {**self._header(started=None), "rows": [], "split_info": {}, "pretraining": {}}
+        try:
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DyntcError(f"{self.path} is not valid JSON ({exc}); move it away or pass --force") from exc
+        if not isinstance(old, dict):
+            raise DyntcError(f"{self.path} is not a dyntc results file; move it away or pass --force")
+        if force:
+            self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
+            shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
+            return {**self._header(started=None), "rows": [], "split_info": {}, "pretraining": {}}
+        if old.get("fingerprint") != fingerprint:
+            saved = old.get("fingerprint") or {}
+            finished = {r.get("model") for r in old.get("rows", [])} | {
+                m for models in (old.get("pretraining") or {}).values() for m in models}
+            contradicted = sorted(m for m in finished if model_view(saved, m) != model_view(fingerprint, m))
+            difference = describe_difference(saved, fingerprint)
+            if contradicted or not isinstance(saved.get("hyperparameters"), dict):
+                raise DyntcError(
+                    f"{self.out} holds results of a different configuration ({difference}) for "
+                    f"{', '.join(contradicted) or 'its models'}; use another --out, or pass --force to discard them")
+            # the change concerns only models with nothing finished (e.g. one model's per-model
+            # settings): their running stages' snapshots are checked against their own settings
+            self.log(f"{self.path}: taking the new configuration ({difference}); "
+                     f"it changes nothing for the finished work of {', '.join(sorted(finished)) or 'no model'}")
+        old.update(self._header(started=old.get("started")))
+        return old
+
+    def _header(self, started: str | None) -> dict:
+        plan = self.plan
+        return {
+            "format": RESULTS_FORMAT,
+            "dataset": plan.dataset,
+            "profile": plan.profile.name,
+            "profile_description": plan.profile.description,
+            "encoder": plan.encoder,
+            "p": plan.hp["p"],
+            "seed": plan.seed,
+            "n_fine": list(plan.n_fine),
+            "splits": plan.splits,
+            "models": list(plan.models),
+            "variants": list(plan.variants),
+            "scratch_n_fine": None if plan.scratch_n_fine is None else list(plan.scratch_n_fine),
+            "config": plan.hp,
+            "fingerprint": plan.fingerprint(),
+            "dyntc_version": __version__,
+            "machine": machine_description(),
+            "device": plan.device,
+            "torch_threads": torch.get_num_threads(),
+            "started": started or now(),
+            "finished": None,
+            "early_stopping": "pretraining: dev set relabelled to Y_old; fine-tuning and scratch: dev set on Y_new, "
+                              "prototypes (EUC/HYP) from the n_fine examples",
+        }
+
+    def done(self) -> set[str]:
+        return {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in self.data["rows"]}
+
+    def save(self, replace: bool = False) -> None:
+        """Merge this process's results into the file under a file lock (other workers may be writing);
+        `replace` writes them as they are (the start of a run: old results kept or --force)."""
+        ours = self.data
+        ours["updated"] = now()
+        self.data = update_json(
+            self.path, lambda disk: ours if replace or disk is None else merge_results(disk, ours, header=not self.worker))
+
+    def check_vocabulary(self, entry: dict[str, Any], source: str) -> None:
+        """Record the frozen vocabulary's digest `entry`, or refuse one that differs from the run's (a
+        resume with other word vectors would mix two encoders' cells in one table)."""
+        known = self.data.get("vocabulary")
+        if known is None:
+            self.data["vocabulary"] = entry
+        elif known != entry:
+            raise DyntcError(
+                f"the vocabulary built from {source} ({entry['words']} words x {entry['dim']}) differs from the one "
+                f"{self.path} was made with ({known['words']} x {known['dim']}, sha256 {known['sha256'][:12]}...): "
+                "pass the same --embeddings as the run's, another --out, or --force to discard its results")
+
+
+def save_weights(path: Path, model: nn.Module, info: dict) -> None:
+    """Trainable weights (frozen ones, e.g. GloVe, are rebuilt from the encoder) and a JSON side file."""
+    from safetensors.torch import save_file
+
+    state = {k: v.detach().cpu().contiguous() for k, v in trainable_state(model).items()}
+    with atomic_write(path) as tmp:
+        save_file(state, str(tmp))
+    write_json(path.with_suffix(".json"), info)
+
+
+def load_weights(path: Path, model: nn.Module) -> dict | None:
+    """Load what :func:`save_weights` wrote into `model`; None (and nothing loaded) if absent or unusable."""
+    from safetensors.torch import load_file
+
+    side = path.with_suffix(".json")
+    if not (path.is_file() and side.is_file()):
+        return None
+    try:
+        load_trainable_state(model, load_file(str(path), device="cpu"))
+        return json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, RuntimeError, ValueError):  # DyntcError is a ValueError
+        return None

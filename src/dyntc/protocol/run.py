@@ -1,0 +1,398 @@
+"""One ``dyntc reproduce`` run: its (split, model) work units, each a pretraining stage and its cells.
+
+The orchestration (order of the units, worker processes, progress and ETA) is :mod:`dyntc.runner`'s;
+the protocol itself is described in :mod:`dyntc.protocol`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dyntc.data.dynamic import DynamicSplit, make_split
+from dyntc.data.types import Dataset
+from dyntc.errors import DyntcError
+from dyntc.models import build_model
+from dyntc.protocol.evaluation import (
+    accuracies,
+    check_frozen_items,
+    logreg_predict,
+    prototype_predict,
+    train_info,
+    untuned_predict,
+)
+from dyntc.protocol.plan import RunPlan, cell_key, derive_seed, model_view
+from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
+from dyntc.training import (
+    Encoded,
+    TrainConfig,
+    embed,
+    embed_points,
+    train_prototypical,
+    train_supervised,
+)
+
+@dataclass
+class Featurized:
+    """Featurized items of a dataset's train / dev / test texts, shared by all splits."""
+
+    train: list[Any]
+    dev: list[Any]
+    test: list[Any]
+    signature: Any  # the encoder's extra_files(): equal signatures featurize identically
+
+    def encoded(self, part: str, indices: np.ndarray, labels: list[str], classes: list[str]) -> Encoded:
+        items = getattr(self, part)
+        return Encoded.from_items([items[i] for i in indices], labels, classes)
+
+
+
+
+@dataclass
+class Unit:
+    """A (split, model) work unit: the model's pretraining on that split, then its cells. Units share
+    nothing but the featurized texts and every seed comes from :func:`derive_seed`, so they may run in
+    any order, or in parallel processes (``dyntc.runner``), with the same results."""
+
+    split: int
+    model: str
+    cells: list[tuple[str, str, int, int]]
+
+    @property
+    def name(self) -> str:
+        return f"split {self.split} {self.model}"
+
+
+@dataclass
+class SplitData:
+    """What the units of one split share: the freshly initialised encoder and the featurized sets."""
+
+    seed: int
+    split: DynamicSplit
+    enc0: Any
+    pretrain: Encoded
+    dev_old: Encoded
+    dev_new: Encoded
+    pool: Encoded
+    test: Encoded
+    test_new_mask: np.ndarray
+
+
+
+def vocabulary_digest(enc) -> dict[str, Any]:
+    """Size, dimension and sha256 of an SRU encoder's frozen vocabulary and vectors."""
+    digest = hashlib.sha256("\n".join(enc.vocab.tokens).encode("utf-8"))
+    digest.update(enc.embedding.weight.detach().cpu().numpy().astype("<f4").tobytes())
+    return {"words": len(enc.vocab), "dim": int(enc.embedding.weight.shape[1]), "sha256": digest.hexdigest()}
+
+
+class ProtocolRun:
+    """One ``dyntc reproduce`` run: a dataset, a plan, an output directory.
+
+    The orchestration (order of the units, processes, progress and ETA) is :mod:`dyntc.runner`'s;
+    this class prepares the units (:meth:`prepare`), runs one (:meth:`run_unit`) and closes the run
+    (:meth:`finish`). A worker process opens its own instance with ``worker=True``: it merges its rows
+    into ``results.json`` and leaves the run-level fields to the parent.
+    """
+
+    def __init__(self, data: Dataset, plan: RunPlan, out: Path, *, force: bool = False, progress: bool = True,
+                 log: Callable[[str], None] | None = None, worker: bool = False):
+        self.data, self.plan, self.out = data, plan, Path(out)
+        self.hp = plan.hp
+        self.progress = progress
+        self.worker = worker
+        self.log = log or (lambda msg: tqdm.write(msg))
+        self.file = ResultsFile(self.out, plan, force=force, worker=worker, log=self.log)
+        self._featurized: Featurized | None = None
+        self._enc_options: dict[str, Any] = {}
+        self._splits: dict[int, DynamicSplit] = {}
+        self._split_data: dict[int, SplitData] = {}
+        self._on_work: Callable[[int], None] | None = None  # hears of training work (sequences), for the ETA
+
+    # ---- results file (dyntc.protocol.results) ---------------------------------------------------
+
+    @property
+    def results(self) -> dict:
+        """The run's results as this process knows them (``results.json``'s content after its last save)."""
+        return self.file.data
+
+    @property
+    def results_path(self) -> Path:
+        return self.file.path
+
+    def done(self) -> set[str]:
+        return self.file.done()
+
+    def save(self, replace: bool = False) -> None:
+        self.file.save(replace)
+
+    # ---- encoder and features -----------------------------------------------------------------
+
+    def _fresh_encoder(self, split_seed: int, dropout: float | None = None):
+        from dyntc.encoders import create_encoder
+
+        hp = self.hp
+        if self.plan.encoder == "sru":
+            dropout = hp["dropout"] if dropout is None else dropout
+            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"],
+                           embeddings=self.plan.embeddings)
+        else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
+            options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
+        try:
+            enc = create_encoder(self.plan.encoder, self.data.train.texts, **options)
+        except TypeError as exc:  # a pretrained encoder that takes fewer options
+            raise DyntcError(f"encoder {self.plan.encoder!r} does not accept the profile's options ({exc})") from exc
+        self._enc_options = options
+        if self.plan.encoder == "sru":
+            self.file.check_vocabulary(vocabulary_digest(enc), self.plan.embeddings or "the packaged glove.6B.50d")
+        return enc
+
+    def _features(self, enc) -> Featurized:
+        signature = enc.extra_files()
+        if self._featurized is None or self._featurized.signature != signature:
+            t0 = time.perf_counter()
+            self._featurized = Featurized(
+                enc.featurize(self.data.train.texts), enc.featurize(self.data.dev.texts),
+                enc.featurize(self.data.test.texts), signature,
+            )
+            self.log(f"featurized {len(self.data.train) + len(self.data.dev) + len(self.data.test)} texts "
+                     f"in {time.perf_counter() - t0:.1f}s")
+        return self._featurized
+
+    # ---- per-model settings (tuning hook) ----------------------------------------------------------
+
+    def _encoder_for(self, model: str, enc0, split_seed: int):
+        """A copy of the split's encoder, or a fresh one (same seed) where `model` has its own dropout."""
+        dropout = self.plan.model_hp(model)["dropout"]
+        if self.plan.encoder != "sru" or dropout == self.hp["dropout"]:
+            return copy.deepcopy(enc0)
+        return self._fresh_encoder(split_seed, dropout=dropout)
+
+    def pretrain_dev_score(self, model_name: str, split: int = 0) -> tuple[float | None, dict]:
+        """Pretrain `model_name` on split `split` as the run would and return its best ``dev_old``
+        accuracy (what :func:`dyntc.protocol.tuning.tune_profile` selects on). Sees the pretraining pool and dev only."""
+        split_seed = self.plan.seed + split
+        data_split = make_split(self.data, split_seed, self.hp["p"])
+        enc0 = self._fresh_encoder(split_seed)
+        feats = self._features(enc0)
+        old = data_split.old_labels
+        pretrain = feats.encoded("train", data_split.pretrain_idx, data_split.pretrain.labels, old)
+        dev_old = feats.encoded("dev", data_split.dev_old_idx, data_split.dev_old.labels, old).per_class(
+            self.hp["dev_per_class"], derive_seed(self.plan.seed, split, "dev"))
+        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
+        model = build_model(model_name, encoder, len(old), **self.plan.model_options(model_name))
+        cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
+        train = train_supervised if model_name == "mlp" else train_prototypical
+        result = train(model, pretrain, dev_old, cfg)
+        return result.best_dev_acc, {"steps": result.steps, "stopped_early": result.stopped_early}
+
+    # ---- training configs -----------------------------------------------------------------------
+
+    def _snapshot(self, split: int, model: str, *stage: Any) -> Path:
+        """File of a training stage's state while it runs (``checkpoints/``, like the pretrained weights):
+        a run stopped mid-stage resumes that stage from its last dev evaluation, not from its start."""
+        return self.out / "checkpoints" / f"split{split}" / f"{'-'.join(map(str, (model, *stage)))}.partial.pt"
+
+    def _cfg(self, stage: str, seed: int, n_support: int | None = None, n_train: int | None = None,
+             model: str | None = None, snapshot: Path | None = None) -> TrainConfig:
+        cfg = self.plan.train_config(stage, seed, model=model, n_support=n_support, n_train=n_train)
+        return replace(cfg, progress=self.progress, on_work=self._on_work, snapshot=snapshot)
+
+    # ---- the units --------------------------------------------------------------------------------
+
+    def split(self, s: int) -> DynamicSplit:
+        if s not in self._splits:
+            self._splits[s] = make_split(self.data, self.plan.seed + s, self.hp["p"])
+        return self._splits[s]
+
+    def prepare(self) -> list[Unit]:
+        """Write the run's header and every split's label sets; return the units with cells still to run."""
+        plan = self.plan
+        done = self.done()
+        units = []
+        for s in range(plan.splits):
+            self.results["split_info"].setdefault(str(s), {}).update(self.split(s).describe())
+            todo = [c for c in plan.cells(s) if cell_key(*c) not in done]
+            units += [Unit(s, m, [c for c in todo if c[0] == m]) for m in dict.fromkeys(c[0] for c in todo)]
+        self.save(replace=True)
+        n_todo, n_all = sum(len(u.cells) for u in units), sum(len(plan.cells(s)) for s in range(plan.splits))
+        if n_todo == 0:
+            self.log(f"all {n_all} cells already in {self.results_path}; rewriting tables and plots")
+        else:
+            self.log(f"{self.data.name}: {n_todo} of {n_all} cells to run ({plan.splits} splits x models {','.join(plan.models)} "
+                     f"x variants x n_fine {','.join(map(str, plan.n_fine))}); profile {plan.profile.name}, device {plan.device}")
+        return units
+
+    def finish(self, seconds: float) -> dict:
+        """Record whether every planned cell is done and the run's wall time; rows in the plan's order."""
+        plan = self.plan
+        self.results["last_run_seconds"] = seconds
+        self.save()  # merges what worker processes wrote
+        self.results["finished"] = now() if not any(
+            cell_key(*c) not in self.done() for s in range(plan.splits) for c in plan.cells(s)) else None
+        order = {cell_key(*c): i for i, c in enumerate(c for s in range(plan.splits) for c in plan.cells(s))}
+        self.results["rows"].sort(key=lambda r: order.get(cell_key(r["model"], r["variant"], r["n_fine"], r["split"]), len(order)))
+        self.save(replace=True)
+        self.write_report()
+        return self.results
+
+    def write_report(self) -> None:
+        from dyntc.report import write_report
+
+        write_report(self.results, self.out)
+
+    def _data(self, s: int) -> SplitData:
+        """The featurized sets of split `s` (made once per process; every process makes the same)."""
+        if s in self._split_data:
+            return self._split_data[s]
+        plan, hp, split = self.plan, self.hp, self.split(s)
+        split_seed = plan.seed + s
+        enc0 = self._fresh_encoder(split_seed)
+        feats = self._features(enc0)
+        self.log(f"split {s} (seed {split_seed}): {len(split.old_labels)} old labels, {len(split.new_labels)} new labels, "
+                 f"new classes {split.new_classes}" + (f"; collapsed {list(split.collapsed)}" if split.collapsed else ""))
+        old, new = split.old_labels, split.new_labels
+        rng_seed = derive_seed(plan.seed, s, "dev")
+        test = feats.encoded("test", split.test_idx, split.test.labels, new).per_class(hp["test_per_class"], derive_seed(plan.seed, "test"))
+        new_ids = np.array([new.index(c) for c in split.new_classes], dtype=np.int64)
+        data = SplitData(
+            seed=split_seed, split=split, enc0=enc0,
+            pretrain=feats.encoded("train", split.pretrain_idx, split.pretrain.labels, old),
+            dev_old=feats.encoded("dev", split.dev_old_idx, split.dev_old.labels, old).per_class(hp["dev_per_class"], rng_seed),
+            dev_new=feats.encoded("dev", split.dev_new_idx, split.dev_new.labels, new).per_class(hp["dev_per_class"], rng_seed),
+            pool=feats.encoded("train", split.finetune_idx, split.finetune_pool.labels, new),
+            test=test, test_new_mask=np.isin(test.labels, new_ids),
+        )
+        self.results["split_info"].setdefault(str(s), {}).update(
+            n_test_evaluated=len(data.test), n_dev_old_used=len(data.dev_old), n_dev_new_used=len(data.dev_new))
+        if "logreg" in plan.models:
+            check_frozen_items(feats.train)
+        self._split_data[s] = data
+        return data
+
+    def run_unit(self, unit: Unit, report: Callable[[tuple, int, bool], None] | None = None) -> None:
+        """Pretrain `unit.model` on its split (or load its checkpoint), then run and save its cells.
+
+        `report(stage, n, finished)` hears of the work for the ETA: `n` sequences through the encoder in
+        `stage` (``(split, "pretrain", model)`` or ``(split, model, variant, n_fine)``), and each stage's end.
+        """
+        report = report or (lambda stage, n, finished: None)
+        s, model_name = unit.split, unit.model
+        d = self._data(s)
+        pretrained = None
+        if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+            stage = (s, "pretrain", model_name)
+            self._on_work = lambda n: report(stage, n, False)
+            pretrained = self._pretrained(s, d.seed, model_name, d.enc0, d.pretrain, d.dev_old)
+            report(stage, 0, True)
+        cache: dict[str, Any] = {}
+        for _, variant, n_fine, _ in unit.cells:
+            stage = (s, model_name, variant, n_fine)
+            self._on_work = lambda n: report(stage, n, False)
+            idx, short = d.split.finetune_indices(n_fine)
+            # finetune_indices are positions in the fine-tuning pool, as are pool's rows
+            fine = d.pool.take(idx)
+            t0 = time.perf_counter()
+            row = self._cell(model_name, variant, n_fine, s, d.seed, d.enc0, pretrained, fine, d.dev_new, d.test,
+                             d.test_new_mask, cache)
+            row.update(
+                model=model_name, variant=variant, n_fine=n_fine, split=s, seed=d.seed,
+                n_train=len(fine), shortfall=short, n_test=len(d.test), n_test_new=int(d.test_new_mask.sum()),
+                cell_seconds=time.perf_counter() - t0, finished=now(),
+            )
+            self.results["rows"].append(ordered_row(row))
+            self.save()
+            self._snapshot(s, model_name, variant, n_fine).unlink(missing_ok=True)
+            report(stage, len(d.test) + (len(fine) if variant == "un-tuned" else 0), True)
+            acc_new = "n/a" if row["acc_new"] is None else f"{row['acc_new']:.3f}"
+            self.log(f"  split {s} {model_name:6s} {variant:10s} n_fine={n_fine:<4d} acc_all={row['acc_all']:.3f} "
+                     f"acc_new={acc_new} ({row['train_seconds']:.0f}s train)")
+        self._on_work = None
+
+    def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old):
+        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
+        model = build_model(model_name, encoder, len(pretrain.classes), **self.plan.model_options(model_name))
+        path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
+        info = load_weights(path, model)
+        if info is not None and model_view(info.get("fingerprint") or {}, model_name) == model_view(self.plan.fingerprint(), model_name):
+            self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
+        else:
+            snapshot = self._snapshot(s, model_name, "pretrain")
+            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name,
+                            snapshot=snapshot)
+            if model_name == "mlp":
+                result = train_supervised(model, pretrain, dev_old, cfg)
+            else:
+                result = train_prototypical(model, pretrain, dev_old, cfg)
+            info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, **train_info(result),
+                    "n_train": len(pretrain), "n_dev": len(dev_old), "history": result.history}
+            save_weights(path, model, info)
+            snapshot.unlink(missing_ok=True)
+            self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
+                     f"in {result.seconds:.0f}s, best dev_old acc {result.best_dev_acc:.3f}")
+        self.results["pretraining"].setdefault(str(s), {})[model_name] = {k: v for k, v in info.items() if k != "fingerprint"}
+        return model.to(self.plan.device).eval()
+
+    def _cell(self, model_name, variant, n_fine, s, split_seed, enc0, pretrained, fine: Encoded, dev_new: Encoded,
+              test: Encoded, test_new_mask, cache) -> dict:
+        plan, hp = self.plan, self.hp
+        n_classes = len(fine.classes)
+        seed = derive_seed(plan.seed, split_seed, model_name, variant, n_fine)
+        info: dict[str, Any] = {"train_seconds": 0.0}
+        if model_name == "logreg":
+            t0 = time.perf_counter()
+            pred = logreg_predict(fine, test, seed)
+            info["train_seconds"] = time.perf_counter() - t0
+            info.update(accuracies(pred, test.labels, test_new_mask))
+            return info
+
+        if variant == "un-tuned":
+            pred = untuned_predict(model_name, pretrained, fine, test, hp["knn_k"], cache)
+            info.update(train_info(None))
+            info.update(accuracies(pred, test.labels, test_new_mask))
+            return info
+
+        # fine-tuned or scratch: train on the n_fine examples, early stopping on dev_new
+        if variant == "fine-tuned":
+            model = copy.deepcopy(pretrained)
+        else:
+            encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
+            torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
+            model = build_model(model_name, encoder, n_classes, **self.plan.model_options(model_name))
+        torch.manual_seed(seed)
+        if model_name == "mlp":
+            if variant == "fine-tuned":
+                model.replace_head(n_classes)
+            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine), model=model_name,
+                                                                      snapshot=self._snapshot(s, model_name, variant, n_fine)))
+            logits = embed(model, model.encoder, test.items)
+            pred = logits.argmax(1).cpu().numpy()
+        else:
+            counts = np.bincount(fine.labels, minlength=n_classes)
+            n_support = min(hp["n_support"], int(counts.min()) - 1)
+            if n_support < 1:
+                info["note"] = f"not trained: a class has only {int(counts.min())} example(s)"
+                result = None
+            else:
+                if n_support < hp["n_support"]:
+                    info["n_support_used"] = n_support
+                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support, model=model_name,
+                                                                            snapshot=self._snapshot(s, model_name, variant, n_fine)))
+            model.eval()
+            pred = prototype_predict(model, embed_points(model, fine.items), fine.labels, n_classes, embed_points(model, test.items))
+        info["train_seconds"] = result.seconds if result is not None else 0.0
+        info.update(train_info(result))
+        info.update(accuracies(pred, test.labels, test_new_mask))
+        return info
+
