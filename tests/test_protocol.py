@@ -117,6 +117,27 @@ def test_scratch_ends_only_profile_field_is_a_selection():
     assert make_plan("sent", "quick", variants="fine-tuned", settings={"scratch_ends_only": "1"}).scratch_n_fine is None
 
 
+def test_only_splits_is_a_checked_selection_outside_the_fingerprint():
+    full = make_plan("news", "paper")
+    some = make_plan("news", "paper", only_splits="3,1,3")
+    assert some.only_splits == (1, 3) and some.selected_splits() == [1, 3] and full.selected_splits() == [0, 1, 2, 3, 4]
+    assert some.fingerprint() == full.fingerprint()
+    for bad in ("5", "-1", "", "a"):
+        with pytest.raises(DyntcError, match="--only-splits"):
+            make_plan("news", "paper", only_splits=bad)
+
+
+def test_only_splits_runs_those_splits_and_a_later_run_the_rest(small_sent, tmp_path, counted):
+    proto, _ = counted
+    kw = dict(splits=2, models="euc", variants="un-tuned", n_fine="5")
+    first = run_tiny(small_sent, tmp_path, only_splits="1", **kw)
+    assert proto.calls == 1 and {r["split"] for r in first["rows"]} == {1}
+    assert set(first["split_info"]) == {"0", "1"} and first["finished"] is None
+    second = run_tiny(small_sent, tmp_path, **kw)
+    assert proto.calls == 2 and [r["split"] for r in second["rows"]] == [0, 1] and second["finished"]
+    assert second["rows"][1] == first["rows"][0]
+
+
 def test_finetune_lr_reaches_only_the_fine_tuning_stages_and_old_fingerprints_hold(small_sent, tmp_path):
     assert "finetune_lr" not in make_plan("sent", "paper").fingerprint()["hyperparameters"]  # older runs resume
     plan = make_plan("sent", "quick", settings={"finetune_lr": "2e-4"})

@@ -331,6 +331,7 @@ def reproduce(
     tune_grid: str | None = None,
     scratch_n_fine: str | None = None,
     embeddings: str | Path | None = None,
+    only_splits: str | tuple[int, ...] | None = None,
 ) -> dict:
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
@@ -340,7 +341,8 @@ def reproduce(
     threads are much slower on a busy machine). `tune` first selects each model's settings on the
     pretraining dev set (:func:`dyntc.protocol.tune_profile`; grid `tune_grid`, see
     :func:`dyntc.protocol.tuning.parse_grid`). `embeddings` is a GloVe text file for the sru encoder (default:
-    the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it).
+    the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it). `only_splits`
+    runs only those split indices now; the other splits' cells stay to do (a later call runs them).
     """
     if not is_int(jobs) or jobs < 1:
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
@@ -353,7 +355,7 @@ def reproduce(
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
     plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                      p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine,
-                     embeddings=embeddings)
+                     embeddings=embeddings, only_splits=only_splits)
     if not isinstance(dataset, Dataset):
         from dyntc.data.datasets import load
 
@@ -366,7 +368,8 @@ def reproduce(
             per_model[model] = {**per_model.get(model, {}), **entry["chosen"]}
         prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
         plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                         p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings)
+                         p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
+                         only_splits=only_splits)
     run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning

@@ -36,6 +36,8 @@ def reproduce(
     encoder: Annotated[str, typer.Option(help="sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model")] = "sru",
     p: Annotated[Optional[float], typer.Option(help="Fraction of labels removed / leaves collapsed (default 0.3)")] = None,
     seed: Annotated[int, typer.Option(help="Base seed: split k uses seed + k")] = 0,
+    only_splits: Annotated[Optional[str], typer.Option("--only-splits", help="Run only these split indices now, e.g. 2 or 0,3 "
+                                                       "(the others' cells stay to do; a later run with the same --out does them)")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a profile field, e.g. --set pretrain_episodes=2000 (repeatable)")] = None,
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda" if torch.cuda.is_available() else "cpu",
     data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
@@ -61,7 +63,7 @@ def reproduce(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
         p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, progress=progress, threads=threads,
         jobs=jobs, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
-        log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
+        only_splits=only_splits, log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )
     n = len(results["rows"])
     state = "finished" if results.get("finished") else "partial"

@@ -65,6 +65,9 @@ class RunPlan:
     seed: int
     device: str
     scratch_n_fine: tuple[int, ...] | None = None  # the scratch variant only at these n_fine (None: at all)
+    # run only these of the plan's splits now (None: all); the others' cells stay to do, so that a run can
+    # go on split by split or be shared between machines. A selection: not in the fingerprint
+    only_splits: tuple[int, ...] | None = None
     # GloVe text file for the sru encoder (None: the packaged glove.6B.50d). Not in the fingerprint: the
     # vocabulary digest in results.json guards resumes instead, so a subset file of the same vectors
     # (``dyntc export-glove``) resumes a run made with the package, e.g. on a GPU host without it.
@@ -79,6 +82,10 @@ class RunPlan:
             if v in MODEL_VARIANTS[m] and not (v == "scratch" and self.scratch_n_fine is not None
                                                 and n not in self.scratch_n_fine)
         ]
+
+    def selected_splits(self) -> list[int]:
+        """The splits this invocation runs (``--only-splits``, else all of them)."""
+        return [s for s in range(self.splits) if self.only_splits is None or s in self.only_splits]
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match between a results directory and a rerun (selection of cells excluded)."""
@@ -142,13 +149,15 @@ def make_plan(
     settings: dict[str, str] | None = None,
     scratch_n_fine: str | tuple[int, ...] | None = None,
     embeddings: str | Path | None = None,
+    only_splits: str | tuple[int, ...] | None = None,
 ) -> RunPlan:
     """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
 
     `scratch_n_fine` limits the (costly) scratch variant to some of the n_fine values, e.g. the low
     and the high end that the pretraining-gain figure needs (without it, a profile with
     ``scratch_ends_only`` keeps the run's smallest and largest n_fine); like the other selections it
-    is not part of the fingerprint, so a run can be resumed with another choice."""
+    is not part of the fingerprint, so a run can be resumed with another choice. `only_splits` (split
+    indices below `splits`) is such a selection too: only those splits' cells run now."""
     from dyntc.data.datasets import resolve_name
 
     try:  # aliases ("20news", ...) get the dataset's own hyperparameters
@@ -201,6 +210,13 @@ def make_plan(
             raise DyntcError("--scratch-n-fine is given but the scratch variant is not among --variants")
     elif hp["scratch_ends_only"] and "scratch" in chosen_variants:
         scratch = tuple(sorted({fine[0], fine[-1]}))
+    chosen_splits = None
+    if only_splits is not None:
+        chosen_splits = tuple(sorted(set(parse_int_list(only_splits, "--only-splits") or ())))
+        stray = [s for s in chosen_splits if not 0 <= s < n_splits]
+        if not chosen_splits or stray:
+            raise DyntcError(f"--only-splits must list split indices from 0 to {n_splits - 1} (the run has {n_splits} "
+                             f"split(s)); got {list(chosen_splits) if chosen_splits else 'none'}")
     if embeddings is not None:
         if encoder != "sru":
             raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {encoder}")
@@ -210,7 +226,7 @@ def make_plan(
         embeddings = str(Path(embeddings).resolve())
     hp["splits"], hp["n_fine"] = n_splits, list(fine)
     return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
-                   scratch, embeddings)
+                   scratch, chosen_splits, embeddings)
 
 
 def derive_seed(*parts: Any) -> int:

@@ -222,6 +222,8 @@ class ProtocolRun:
         units = []
         for s in range(plan.splits):
             self.results["split_info"].setdefault(str(s), {}).update(self.split(s).describe())
+            if s not in plan.selected_splits():
+                continue
             todo = [c for c in plan.cells(s) if cell_key(*c) not in done]
             units += [Unit(s, m, [c for c in todo if c[0] == m]) for m in dict.fromkeys(c[0] for c in todo)]
         self.save(replace=True)
@@ -229,7 +231,8 @@ class ProtocolRun:
         if n_todo == 0:
             self.log(f"all {n_all} cells already in {self.results_path}; rewriting tables and plots")
         else:
-            self.log(f"{self.data.name}: {n_todo} of {n_all} cells to run ({plan.splits} splits x models {','.join(plan.models)} "
+            only = "" if plan.only_splits is None else f" (now only split(s) {','.join(map(str, plan.only_splits))})"
+            self.log(f"{self.data.name}: {n_todo} of {n_all} cells to run{only} ({plan.splits} splits x models {','.join(plan.models)} "
                      f"x variants x n_fine {','.join(map(str, plan.n_fine))}); profile {plan.profile.name}, device {plan.device}")
         return units
 

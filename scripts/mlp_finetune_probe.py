@@ -1,0 +1,122 @@
+"""Ways of fine-tuning the pretrained MLP on the n_fine examples (issue 11, the SENT MLP gap): the
+protocol's rule (a fresh linear layer, the whole network trained at the profile's settings) against
+other learning rates, a longer budget, and a fresh layer trained on the frozen encoder.
+
+    DYNTC_DATA=../shared/datasets python scripts/mlp_finetune_probe.py --run runs/sent-mlp --splits 0,1
+
+`--run` is a `dyntc reproduce` directory of a profile run with the MLP's pretrained weights
+(``checkpoints/splitK/mlp.safetensors``; e.g. ``dyntc reproduce --dataset sent --profile paper --models
+mlp --variants fine-tuned,un-tuned --only-splits 0,1 --out runs/sent-mlp``). It is only read. Every rule
+runs on the protocol's own fine-tuning examples, seed and dev set (dev_new, for early stopping) of the
+split, so the "protocol" rule must give the run's own MLP fine-tuned rows (checked, printed). Each rule
+prints its dev_new accuracy (what a selection may look at) beside its test accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from dyntc.data.datasets import load
+from dyntc.encoders.base import embed
+from dyntc.errors import DyntcError
+from dyntc.protocol import ProtocolRun, make_plan
+from dyntc.protocol.plan import derive_seed
+from dyntc.training import train_supervised
+
+# name -> (changes to the fine-tuning TrainConfig, encoder frozen)
+RULES = {
+    "protocol": ({}, False),
+    "lr 1e-4": ({"lr": 1e-4}, False),
+    "lr 1e-2": ({"lr": 1e-2}, False),
+    ">=1000 steps": ({"min_batches": 1000}, False),
+    "frozen encoder lr 1e-3": ({}, True),
+    "frozen encoder lr 1e-2": ({"lr": 1e-2}, True),
+    "frozen encoder lr 1e-2 >=1000 steps": ({"lr": 1e-2, "min_batches": 1000}, True),
+}
+
+
+def fine_tune(pretrained, fine, dev, cfg, changes: dict, frozen: bool):
+    model = copy.deepcopy(pretrained)
+    model.replace_head(len(fine.classes))
+    if frozen:
+        for p in model.encoder.parameters():
+            p.requires_grad_(False)
+    changes = dict(changes)
+    min_batches = changes.pop("min_batches", 0)
+    if min_batches:  # as the profile field finetune_min_steps does: epochs and patience raised to match
+        batches = -(-len(fine) // cfg.batch_size)
+        epochs = -(-min_batches // batches)
+        changes.update(max_epochs=max(cfg.max_epochs, epochs), patience=max(cfg.patience, -(-min_batches // (3 * batches))))
+    result = train_supervised(model, fine, dev, replace(cfg, snapshot=None, progress=False, **changes))
+    model.eval()
+    return model, result
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--splits", default="0")
+    ap.add_argument("--n-fine", default=None, help="comma-separated (default: the run's)")
+    ap.add_argument("--rules", default=",".join(RULES), help="comma-separated names of RULES")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    rules = [r.strip() for r in args.rules.split(",")]
+    unknown = [r for r in rules if r not in RULES]
+    if unknown:
+        raise DyntcError(f"--rules: unknown {unknown}; known: {list(RULES)}")
+    results = json.loads((args.run / "results.json").read_text(encoding="utf-8"))
+    splits = [int(s) for s in args.splits.split(",")]
+    for s in splits:
+        if not (args.run / "checkpoints" / f"split{s}" / "mlp.safetensors").is_file():
+            raise DyntcError(f"{args.run}/checkpoints/split{s}/mlp.safetensors is missing: run the split's mlp cells first")
+    n_fine = tuple(int(n) for n in args.n_fine.split(",")) if args.n_fine else tuple(results["n_fine"])
+    plan = make_plan(results["dataset"], results["profile"], splits=results["splits"], models="mlp",
+                     variants="fine-tuned", n_fine=n_fine, seed=results["seed"])
+    if plan.fingerprint() != results["fingerprint"]:
+        raise DyntcError(f"{args.run} was run with settings other than its profile's; the probe rebuilds profile runs only")
+    done = {(r["variant"], r["n_fine"], r["split"]): r for r in results["rows"] if r["model"] == "mlp"}
+    data = load(plan.dataset, None, seed=plan.seed)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(args.run / "results.json", tmp)
+        shutil.copytree(args.run / "checkpoints", Path(tmp) / "checkpoints")
+        run = ProtocolRun(data, plan, Path(tmp), progress=False, log=lambda m: print(m, file=sys.stderr))
+        for s in splits:
+            d = run._data(s)
+            pretrained = run._pretrained(s, d.seed, "mlp", d.enc0, d.pretrain, d.dev_old)
+            for n in n_fine:
+                idx, _ = d.split.finetune_indices(n)
+                fine = d.pool.take(idx)
+                seed = derive_seed(plan.seed, d.seed, "mlp", "fine-tuned", n)
+                cfg = plan.train_config("finetune", seed, model="mlp", n_train=len(fine))
+                for name in rules:
+                    torch.manual_seed(seed)
+                    model, result = fine_tune(pretrained, fine, d.dev_new, cfg, *RULES[name])
+                    pred = embed(model, model.encoder, d.test.items).argmax(1).cpu().numpy()
+                    test = float((pred == d.test.labels).mean())
+                    dev = max(h["dev_acc"] for h in result.history)
+                    row = {"split": s, "n_fine": n, "rule": name, "dev_new": dev, "test": test, "steps": result.steps}
+                    if name == "protocol" and ("fine-tuned", n, s) in done:
+                        row["run_row"] = done[("fine-tuned", n, s)]["acc_all"]
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    print("\nmean over splits, %: dev_new / test")
+    for n in n_fine:
+        for name in rules:
+            sel = [r for r in rows if r["n_fine"] == n and r["rule"] == name]
+            print(f"  n_fine={n:<4d} {name:40s} {100 * np.mean([r['dev_new'] for r in sel]):5.1f} / "
+                  f"{100 * np.mean([r['test'] for r in sel]):5.1f}")
+
+
+if __name__ == "__main__":
+    main()
