@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,8 +27,9 @@ import torch
 from dyntc.data.datasets import load
 from dyntc.encoders.base import embed
 from dyntc.errors import DyntcError
-from dyntc.protocol import ProtocolRun, make_plan
+from dyntc.protocol import make_plan
 from dyntc.protocol.plan import derive_seed
+from dyntc.protocol.run import read_only_run
 from dyntc.training import train_supervised
 
 # name -> (changes to the fine-tuning TrainConfig, encoder frozen)
@@ -82,15 +81,10 @@ def main(argv: list[str] | None = None) -> None:
     n_fine = tuple(int(n) for n in args.n_fine.split(",")) if args.n_fine else tuple(results["n_fine"])
     plan = make_plan(results["dataset"], results["profile"], splits=results["splits"], models="mlp",
                      variants="fine-tuned", n_fine=n_fine, seed=results["seed"])
-    if plan.fingerprint() != results["fingerprint"]:
-        raise DyntcError(f"{args.run} was run with settings other than its profile's; the probe rebuilds profile runs only")
     done = {(r["variant"], r["n_fine"], r["split"]): r for r in results["rows"] if r["model"] == "mlp"}
     data = load(plan.dataset, None, seed=plan.seed)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(args.run / "results.json", tmp)
-        shutil.copytree(args.run / "checkpoints", Path(tmp) / "checkpoints")
-        run = ProtocolRun(data, plan, Path(tmp), progress=False, log=lambda m: print(m, file=sys.stderr))
+    with read_only_run(args.run, plan, data, log=lambda m: print(m, file=sys.stderr)) as run:
         for s in splits:
             d = run._data(s)
             pretrained = run._pretrained(s, d.seed, "mlp", d.enc0, d.pretrain, d.dev_old)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,8 @@ from dyntc.encoders.base import embed
 from dyntc.errors import DyntcError
 from dyntc.geometry import euclidean
 from dyntc.models import KNNProbe
-from dyntc.protocol import ProtocolRun, make_plan
+from dyntc.protocol import make_plan
+from dyntc.protocol.run import read_only_run
 from dyntc.training import embed_points
 
 
@@ -53,15 +52,9 @@ def main(argv: list[str] | None = None) -> None:
                                  "run's pretrained weights (rerun the split's mlp and euc un-tuned cells to make them)")
     plan = make_plan(results["dataset"], results["profile"], splits=max(splits) + 1, models="mlp,euc",
                      variants="un-tuned", n_fine=tuple(results["n_fine"]), seed=results["seed"])
-    if plan.fingerprint() != results["fingerprint"]:
-        raise DyntcError(f"{args.run} was run with settings other than its profile's; the probe rebuilds "
-                         "profile runs only (it would otherwise pretrain afresh)")
     data = load(plan.dataset, None, seed=plan.seed)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(args.run / "results.json", tmp)
-        shutil.copytree(args.run / "checkpoints", Path(tmp) / "checkpoints")
-        run = ProtocolRun(data, plan, Path(tmp), progress=False, log=lambda m: print(m, file=sys.stderr))
+    with read_only_run(args.run, plan, data, log=lambda m: print(m, file=sys.stderr)) as run:
         for s in splits:
             d = run._data(s)
             mlp = run._pretrained(s, d.seed, "mlp", d.enc0, d.pretrain, d.dev_old)

@@ -291,6 +291,23 @@ def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):
             assert r == old[(r["model"], r["variant"], r["n_fine"])]
 
 
+def test_read_only_run_loads_the_runs_weights_and_writes_nothing(tiny_run, small_sent, counted):
+    from dyntc.protocol.run import read_only_run
+
+    out, results = tiny_run
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    plan = make_plan("sent", "tiny", models="euc", variants="un-tuned")
+    with read_only_run(out, plan, small_sent) as run:
+        d = run._data(0)
+        model = run._pretrained(0, d.seed, "euc", d.enc0, d.pretrain, d.dev_old)
+    proto, sup = counted
+    assert proto.calls == 0 and sup.calls == 0 and model is not None  # loaded, not pretrained again
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    with pytest.raises(DyntcError, match="other settings"):
+        with read_only_run(out, make_plan("sent", "tiny", settings={"lr": "0.1"}), small_sent):
+            pass
+
+
 def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sent, tmp_path, counted):
     """After a change of HYP's per-model settings, EUC's finished cells and pretrained weights stay
     valid (nothing of EUC is retrained) and only HYP's cells run again."""
