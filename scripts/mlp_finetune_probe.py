@@ -36,10 +36,14 @@ from dyntc.training import train_supervised
 RULES = {
     "protocol": ({}, False),
     "lr 1e-4": ({"lr": 1e-4}, False),
+    "lr 3e-3": ({"lr": 3e-3}, False),
     "lr 1e-2": ({"lr": 1e-2}, False),
+    "lr 3e-2": ({"lr": 3e-2}, False),
     ">=1000 steps": ({"min_batches": 1000}, False),
     "frozen encoder lr 1e-3": ({}, True),
     "frozen encoder lr 1e-2": ({"lr": 1e-2}, True),
+    "frozen encoder lr 3e-2": ({"lr": 3e-2}, True),
+    "frozen encoder lr 1e-1": ({"lr": 1e-1}, True),
     "frozen encoder lr 1e-2 >=1000 steps": ({"lr": 1e-2, "min_batches": 1000}, True),
 }
 

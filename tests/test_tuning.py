@@ -141,6 +141,22 @@ def test_reproduce_with_tune_records_and_uses_the_choice(small_sent, tmp_path, m
     assert calls == [] and again["tuning"]["euc"]["chosen"] == chosen
 
 
+def test_a_per_model_finetune_lr_reaches_that_models_fine_tuning_only():
+    from dyntc.protocol.plan import model_view
+    from dyntc.protocol.tuning import parse_grid
+
+    prof = Profile("t", per_model={"*": {"mlp": {"finetune_lr": 0.01}}})
+    plan, plain = make_plan("sent", prof), make_plan("sent", Profile("t"))
+    config = plan.train_config
+    assert config("finetune", 0, model="mlp").lr == 0.01 and config("pretrain", 0, model="mlp").lr == prof.lr
+    assert config("finetune", 0, model="euc").lr == config("finetune", 0, model="hyp").lr == prof.lr
+    for model in ("euc", "hyp"):  # their finished work stays valid
+        assert model_view(plan.fingerprint(), model) == model_view(plain.fingerprint(), model)
+    assert model_view(plan.fingerprint(), "mlp") != model_view(plain.fingerprint(), "mlp")
+    with pytest.raises(DyntcError, match="finetune_lr"):  # --tune scores pretraining only: not selectable there
+        parse_grid("mlp.finetune_lr=1e-3,1e-2")
+
+
 def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     """Profile defaults, per_model overrides and the MLP's lack of prototype options."""
     prof = Profile("t", per_model={"*": {"hyp": {"lr": 0.5, "max_norm": 3.0}}}, pretrain_min_episodes=7)

@@ -71,6 +71,10 @@ def parse_grid(text: str | None) -> TuningGrid:
             raise DyntcError(f"--tune-grid: expected SETTING=V1,V2 (or MODEL.SETTING=...), got {part!r}")
         key, raw = (s.strip() for s in part.split("=", 1))
         model, _, name = key.rpartition(".")
+        if name == "finetune_lr":
+            raise DyntcError("--tune-grid: finetune_lr cannot be tuned here: --tune scores the pretraining stage on "
+                             "dev_old only. Set it per model in the profile's per_model (chosen on dev_new, see "
+                             "scripts/mlp_finetune_probe.py) or for all models with --set finetune_lr=VALUE")
         if name not in TUNABLE:
             raise DyntcError(f"--tune-grid: unknown setting {name!r}; choose from {', '.join(TUNABLE)}")
         try:
