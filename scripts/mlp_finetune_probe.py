@@ -1,6 +1,7 @@
 """Ways of fine-tuning the pretrained MLP on the n_fine examples (issue 11, the SENT MLP gap): the
 protocol's rule (a fresh linear layer, the whole network trained at the profile's settings) against
-other learning rates, a longer budget, and a fresh layer trained on the frozen encoder.
+other learning rates and a fresh layer trained on the frozen encoder. (A longer budget is the profile
+field finetune_min_steps: `dyntc reproduce --set finetune_min_steps=1000`.)
 
     DYNTC_DATA=../shared/datasets python scripts/mlp_finetune_probe.py --run runs/sent-mlp --splits 0,1
 
@@ -36,15 +37,14 @@ from dyntc.training import train_supervised
 RULES = {
     "protocol": ({}, False),
     "lr 1e-4": ({"lr": 1e-4}, False),
+    "lr 1e-3": ({"lr": 1e-3}, False),
     "lr 3e-3": ({"lr": 3e-3}, False),
     "lr 1e-2": ({"lr": 1e-2}, False),
     "lr 3e-2": ({"lr": 3e-2}, False),
-    ">=1000 steps": ({"min_batches": 1000}, False),
     "frozen encoder lr 1e-3": ({}, True),
     "frozen encoder lr 1e-2": ({"lr": 1e-2}, True),
     "frozen encoder lr 3e-2": ({"lr": 3e-2}, True),
     "frozen encoder lr 1e-1": ({"lr": 1e-1}, True),
-    "frozen encoder lr 1e-2 >=1000 steps": ({"lr": 1e-2, "min_batches": 1000}, True),
 }
 
 
@@ -54,12 +54,6 @@ def fine_tune(pretrained, fine, dev, cfg, changes: dict, frozen: bool):
     if frozen:
         for p in model.encoder.parameters():
             p.requires_grad_(False)
-    changes = dict(changes)
-    min_batches = changes.pop("min_batches", 0)
-    if min_batches:  # as the profile field finetune_min_steps does: epochs and patience raised to match
-        batches = -(-len(fine) // cfg.batch_size)
-        epochs = -(-min_batches // batches)
-        changes.update(max_epochs=max(cfg.max_epochs, epochs), patience=max(cfg.patience, -(-min_batches // (3 * batches))))
     result = train_supervised(model, fine, dev, replace(cfg, snapshot=None, progress=False, **changes))
     model.eval()
     return model, result
@@ -68,7 +62,7 @@ def fine_tune(pretrained, fine, dev, cfg, changes: dict, frozen: bool):
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, required=True)
-    ap.add_argument("--splits", default="0")
+    ap.add_argument("--splits", "--only-splits", dest="splits", default="0", help="comma-separated split indices")
     ap.add_argument("--n-fine", default=None, help="comma-separated (default: the run's)")
     ap.add_argument("--rules", default=",".join(RULES), help="comma-separated names of RULES")
     args = ap.parse_args(argv)
@@ -77,14 +71,17 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [r for r in rules if r not in RULES]
     if unknown:
         raise DyntcError(f"--rules: unknown {unknown}; known: {list(RULES)}")
+    if not (args.run / "results.json").is_file():
+        raise DyntcError(f"--run {str(args.run)!r} holds no results.json: give a `dyntc reproduce` output directory")
     results = json.loads((args.run / "results.json").read_text(encoding="utf-8"))
-    splits = [int(s) for s in args.splits.split(",")]
+    # checked by make_plan as the run's own options are (--only-splits: indices below the run's splits)
+    plan = make_plan(results["dataset"], results["profile"], splits=results["splits"], models="mlp",
+                     variants="fine-tuned", n_fine=args.n_fine or tuple(results["n_fine"]), seed=results["seed"],
+                     only_splits=args.splits)
+    splits, n_fine = plan.selected_splits(), plan.n_fine
     for s in splits:
         if not (args.run / "checkpoints" / f"split{s}" / "mlp.safetensors").is_file():
             raise DyntcError(f"{args.run}/checkpoints/split{s}/mlp.safetensors is missing: run the split's mlp cells first")
-    n_fine = tuple(int(n) for n in args.n_fine.split(",")) if args.n_fine else tuple(results["n_fine"])
-    plan = make_plan(results["dataset"], results["profile"], splits=results["splits"], models="mlp",
-                     variants="fine-tuned", n_fine=n_fine, seed=results["seed"])
     done = {(r["variant"], r["n_fine"], r["split"]): r for r in results["rows"] if r["model"] == "mlp"}
     data = load(plan.dataset, None, seed=plan.seed)
     rows = []
@@ -117,4 +114,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DyntcError as exc:
+        sys.exit(f"error: {exc}")
