@@ -16,8 +16,9 @@ The parts: :class:`~dyntc.classifier.model.MetricSpace` (encoder + metric), the
 :class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label operations),
 :mod:`~dyntc.classifier.fit` (training) and :class:`~dyntc.classifier.store.ModelStore`
 (versioned persistence). This class holds the scikit-learn-style parameters, fit, fine-tuning and
-prediction; its label operations, calibration and persistence methods come from the mixins next to
-what they use: :class:`~dyntc.classifier.labels.LabelOperationsMixin`,
+prediction; its parameter conventions, label operations, calibration and persistence methods come
+from the mixins next to what they use: :class:`~dyntc.classifier.params.ParamsMixin`,
+:class:`~dyntc.classifier.labels.LabelOperationsMixin`,
 :class:`~dyntc.classifier.calibration.CalibrationMixin` and :class:`~dyntc.classifier.saving.PersistenceMixin`.
 
 The SRU encoder's vocabulary is fixed at ``fit`` (the training words GloVe knows). With
@@ -29,9 +30,7 @@ texts embedded earlier keep their points.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -42,12 +41,12 @@ from dyntc.classifier.labels import LabelOperationsMixin, LabelSet, check_exampl
 from dyntc.classifier.model import MetricSpace
 from dyntc.classifier.saving import PersistenceMixin
 from dyntc.classifier.params import (
-    encoder_options, network_options, space_options, train_config, training_mode, validate_params,
+    ParamsMixin, encoder_options, network_options, space_options, train_config, training_mode,
 )
 from dyntc.errors import DyntcError, NotFittedError, is_int
 
 
-class DynamicClassifier(LabelOperationsMixin, CalibrationMixin, PersistenceMixin):
+class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, PersistenceMixin):
     """Nearest-prototype text classifier with an editable label set (scikit-learn conventions).
 
     Parameters (stored as given by the constructor; validated by :meth:`fit`):
@@ -151,58 +150,6 @@ class DynamicClassifier(LabelOperationsMixin, CalibrationMixin, PersistenceMixin
         self.seed = seed
         self.device = device
         self.progress = progress
-
-    # ------------------------------------------------------------------ scikit-learn conventions
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters, as a dict (scikit-learn convention)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params) -> "DynamicClassifier":
-        """Set constructor parameters; they apply at the next :meth:`fit` (``device``, ``batch_size``,
-        ``extend_vocab``, ``debias`` and ``progress`` apply at once)."""
-        valid = self._param_names()
-        for name, value in params.items():
-            if name not in valid:
-                raise DyntcError(f"invalid parameter {name!r} for DynamicClassifier; valid ones: {', '.join(valid)}")
-            if name == "batch_size" and not (is_int(value) and value >= 1):
-                raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")
-            if name == "device":
-                self._check_device(value)
-            if name == "debias":
-                if not isinstance(value, bool):
-                    raise DyntcError(f"debias must be True or False, got {value!r}")
-                labels = getattr(self, "_labels", None)
-                if labels is not None and labels.debias != value:
-                    labels.debias = value
-                    self.calibration_ = None  # fitted on the other distances
-            setattr(self, name, value)
-        self._sync_space()
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
-        return f"DynamicClassifier({', '.join(changed)})"
-
-    def _validate_params(self) -> None:
-        validate_params(self)
-
-    @staticmethod
-    def _check_device(device: Any) -> torch.device:
-        from dyntc.training import check_device
-
-        return check_device(device, "device")
-
-    def _sync_space(self) -> None:
-        space = getattr(self, "space_", None)
-        if space is not None:
-            for name, value in space_options(self).items():
-                setattr(space, name, value)
 
     # ------------------------------------------------------------------ fitted state
 

@@ -1,12 +1,13 @@
 """A :class:`~dyntc.classifier.DynamicClassifier`'s constructor parameters: their checks (done at
 ``fit``, scikit-learn style: the constructor only stores them; every mistake is a :class:`DyntcError`
-naming the parameter and what it accepts) and what they mean for the encoder, the network, training
-and the metric space."""
+naming the parameter and what it accepts), what they mean for the encoder, the network, training
+and the metric space, and the scikit-learn conventions over them (:class:`ParamsMixin`)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 from dyntc.errors import DyntcError, is_int, is_number
 
@@ -110,3 +111,58 @@ def train_config(clf: Any, episodes: int, lr: float):
 def space_options(clf: Any) -> dict:
     """The :class:`~dyntc.classifier.model.MetricSpace` attributes that follow `clf`'s parameters at once."""
     return {"device": str(clf.device), "batch_size": clf.batch_size, "extend_vocab": clf.extend_vocab}
+
+
+class ParamsMixin:
+    """``get_params`` / ``set_params`` / ``repr`` over the constructor's parameters (scikit-learn
+    conventions), and the checks a parameter needs when it is set on a fitted classifier."""
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters, as a dict (scikit-learn convention)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params) -> Self:
+        """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
+        ``extend_vocab``, ``debias`` and ``progress`` apply at once)."""
+        valid = self._param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
+            if name == "batch_size" and not (is_int(value) and value >= 1):
+                raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")
+            if name == "device":
+                self._check_device(value)
+            if name == "debias":
+                if not isinstance(value, bool):
+                    raise DyntcError(f"debias must be True or False, got {value!r}")
+                labels = getattr(self, "_labels", None)
+                if labels is not None and labels.debias != value:
+                    labels.debias = value
+                    self.calibration_ = None  # fitted on the other distances
+            setattr(self, name, value)
+        self._sync_space()
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+    def _validate_params(self) -> None:
+        validate_params(self)
+
+    @staticmethod
+    def _check_device(device: Any):
+        from dyntc.training import check_device
+
+        return check_device(device, "device")
+
+    def _sync_space(self) -> None:
+        space = getattr(self, "space_", None)
+        if space is not None:
+            for name, value in space_options(self).items():
+                setattr(space, name, value)
