@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import time
@@ -30,6 +29,7 @@ import torch
 
 from dyntc import DynamicClassifier
 from dyntc.data.datasets import load
+from dyntc.training import cpu_model
 
 
 def accuracy(pred, gold, mapping=None):
@@ -41,16 +41,6 @@ def subset(split, labels):
     keep = set(labels)
     idx = [i for i, y in enumerate(split.labels) if y in keep]
     return [split.texts[i] for i in idx], [split.labels[i] for i in idx]
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -200,7 +190,7 @@ def main() -> None:
         print(f"| split back, {args.shots} ex. each, reassign={reassign} (support {sizes}) | {r['pair_acc']:.4f} |")
     print()
     threads = torch.get_num_threads()
-    print(f"| cost (CPU: {cpu_name()}, {threads} torch threads) | value |")
+    print(f"| cost (CPU: {cpu_model()}, {threads} torch threads) | value |")
     print("|---|---:|")
     print(f"| add_label, {args.shots} examples (mean / max over {len(add_ms)}) | "
           f"{statistics.mean(add_ms):.1f} / {max(add_ms):.1f} ms |")
@@ -221,7 +211,7 @@ def main() -> None:
         "split": {str(k): v for k, v in split_results.items()}, "add_label_ms": add_ms, "merge_ms": merge_ms,
         "predict_texts_per_s": len(all_x) / batch_s, "predict_one_ms_median": statistics.median(singles),
         "save_ms": save_s * 1000, "load_ms": load_s * 1000, "identical_after_load": identical,
-        "machine": f"{cpu_name()}, {os.cpu_count()} cores, {threads} torch threads",
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, {threads} torch threads",
     })
     shutil.rmtree(snapshot, ignore_errors=True)
     if args.json:
