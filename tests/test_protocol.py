@@ -83,7 +83,7 @@ def test_unknown_profile_model_variant_and_setting():
 def test_dataset_aliases_get_the_datasets_hyperparameters():
     alias, canonical = make_plan("20news", "quick"), make_plan("news", "quick")
     assert alias.dataset == "news" and alias.hp == canonical.hp
-    assert alias.hp["max_len"] == 64 != make_plan("sent", "quick").hp["max_len"]
+    assert alias.hp["max_len"] == 128 != make_plan("sent", "quick").hp["max_len"]
 
 
 def test_out_must_be_a_directory(small_sent, tmp_path):
@@ -144,7 +144,8 @@ def test_finetune_lr_reaches_only_the_fine_tuning_stages_and_old_fingerprints_ho
     assert plan.fingerprint()["hyperparameters"]["finetune_lr"] == 2e-4
     run = protocol.ProtocolRun(small_sent, plan, tmp_path, progress=False, log=lambda msg: None)
     assert run._cfg("pretrain", 0, model="euc").lr == plan.hp["lr"] == 3e-3
-    assert run._cfg("finetune", 0, model="euc").lr == 2e-4 and run._cfg("finetune", 0, model="mlp").lr == 2e-4
+    assert run._cfg("finetune", 0, model="euc").lr == 2e-4
+    assert run._cfg("finetune", 0, model="mlp").lr == 1e-2  # quick's per_model entry for SENT's MLP is more specific
     unset = make_plan("sent", "quick", settings={"finetune_lr": "none"})
     plain = protocol.ProtocolRun(small_sent, unset, tmp_path / "b", progress=False, log=lambda msg: None)
     assert plain._cfg("finetune", 0, model="hyp").lr == unset.hp["lr"]
@@ -181,7 +182,7 @@ def test_profiles_resolve_per_dataset():
     assert make_plan("wos", "paper").hp["dropout"] == 0.3
     assert make_plan("sent", "paper").n_fine == (5, 10, 20, 100)
     quick = make_plan("news", "quick")
-    assert quick.hp["max_len"] == 64 and make_plan("sent", "quick").hp["max_len"] == 32
+    assert quick.hp["max_len"] == 128 and make_plan("sent", "quick").hp["max_len"] == 32
     # the selection of cells is not part of the fingerprint, hyperparameters are
     assert make_plan("sent", "quick", splits=1).fingerprint() == make_plan("sent", "quick", splits=4).fingerprint()
     assert make_plan("sent", "quick").fingerprint() != make_plan("sent", "quick", settings={"lr": "0.01"}).fingerprint()
