@@ -12,6 +12,7 @@ import torch
 
 import dyntc.protocol as protocol
 import dyntc.protocol.run as protocol_run
+from dyntc.training import machine_description
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, accuracies, make_plan
 from dyntc.protocol.evaluation import logreg_predict
@@ -235,12 +236,15 @@ def test_tiny_run_schema(tiny_run, small_sent):
         assert key in on_disk, key
     assert on_disk["dataset"] == "sent" and on_disk["profile"] == "tiny" and on_disk["finished"]
     assert on_disk["config"]["pretrain_episodes"] == protocol.TINY.pretrain_episodes
+    assert all(info["machine"].endswith("device cpu") for per in on_disk["pretraining"].values() for info in per.values())
     rows = on_disk["rows"]
     cells = {(r["model"], r["variant"], r["n_fine"], r["split"]) for r in rows}
     assert len(rows) == len(cells) == 3 * 3 * 2  # models x variants x n_fine, one split
     for r in rows:
         assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
         assert 0.0 <= r["acc_all"] <= 1.0 and 0.0 <= r["acc_new"] <= 1.0
+        # each cell names where it ran: a run resumed on another machine (a GPU) mixes machines
+        assert r["machine"].startswith(machine_description().split(" (")[0]) and r["machine"].endswith(", device cpu")
         assert r["n_train"] == r["n_fine"] * 10  # every SENT reason has >= 10 examples in the pool here
         if r["variant"] == "un-tuned":
             assert r["train_seconds"] == 0.0 and r["steps"] == 0
@@ -502,7 +506,7 @@ def test_cli_reports_bad_input_without_traceback(tmp_path):
 
 # ---- parallel work units (--jobs) ----------------------------------------------------------------
 
-TIMING_KEYS = {"train_seconds", "cell_seconds", "finished", "seconds"}
+TIMING_KEYS = {"train_seconds", "cell_seconds", "finished", "seconds", "machine"}  # and provenance
 
 
 def _without_timings(row: dict) -> dict:

@@ -15,10 +15,11 @@ from dyntc.checkpoint import load_model, save_model
 from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
-from dyntc.stopping import Patience, is_held, load_snapshot, replay
+from dyntc.stopping import Patience, is_held, load_snapshot, replay, snapshot_key
 from dyntc.training import (
     Encoded,
     TrainConfig,
+    cosine_lr,
     prototypical_accuracy,
     prototypical_predict,
     supervised_accuracy,
@@ -295,18 +296,20 @@ def _interrupt_after(n: int):
     return on_work
 
 
-@pytest.mark.parametrize("name", ["euc", "hyp", "mlp", "euc-hard"])
+@pytest.mark.parametrize("name", ["euc", "hyp", "mlp", "euc-hard", "hyp-cosine"])
 def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path, sent_encoded, name):
     """A loop killed mid-way and restarted with the same snapshot file ends exactly as an
-    uninterrupted one: weights, history and step count (dropout, sampler and batch order included)."""
+    uninterrupted one: weights, history and step count (dropout, sampler and batch order included;
+    the cosine-decayed learning rate too)."""
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))
     supervised = name == "mlp"
     train_fn = train_supervised if supervised else train_prototypical
     hard = name == "euc-hard"  # hard-negative episodes: the sampler's learnt confusability is resumed too
     cfg = dict(lr=FAST_LR, max_episodes=50, max_epochs=4, eval_every=10, patience=10, eval_support_per_class=20,
-               hard_fraction=0.4 if hard else 0.0, max_classes=5 if hard else 50, seed=3, progress=False)
-    name = "euc" if hard else name
+               hard_fraction=0.4 if hard else 0.0, max_classes=5 if hard else 50, seed=3, progress=False,
+               lr_cosine=name == "hyp-cosine")
+    name = {"euc-hard": "euc", "hyp-cosine": "hyp"}.get(name, name)
 
     def model():
         torch.manual_seed(0)
@@ -336,6 +339,48 @@ def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path,
     again = train_fn(again_model, sub, dev, TrainConfig(**cfg, snapshot=snapshot, on_work=_interrupt_after(1)))
     assert again.steps == expected.steps and again.history == expected.history
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), again_model.state_dict().values()))
+
+
+def test_cosine_lr_decays_from_base_to_zero():
+    assert cosine_lr(1e-3, 1, 100) == 1e-3
+    assert cosine_lr(1e-3, 51, 100) == pytest.approx(5e-4)
+    assert 0 < cosine_lr(1e-3, 100, 100) < 1e-6
+    rates = [cosine_lr(1.0, s, 10) for s in range(1, 11)]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_lr_cosine_changes_episodic_training_and_is_refused_for_the_mlp(sent_encoded):
+    """The schedule acts (the weights differ from a constant rate after the same episodes, and the
+    optimizer's last rate is cosine_lr's), and the MLP's loop refuses it by name."""
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(600))
+    cfg = dict(lr=FAST_LR, max_episodes=12, eval_every=12, patience=10, eval_support_per_class=10, seed=1, progress=False)
+    weights = []
+    for cosine in (False, True):
+        torch.manual_seed(0)
+        model = build_model("euc", _fresh(encoder), len(train.classes))
+        seen = []
+        real_step = torch.optim.Adam.step
+
+        def spy(self, *a, **k):
+            seen.append(self.param_groups[0]["lr"])
+            return real_step(self, *a, **k)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.optim.Adam, "step", spy)
+            train_prototypical(model, sub, dev, TrainConfig(**cfg, lr_cosine=cosine))
+        assert seen == ([FAST_LR] * 12 if not cosine else [cosine_lr(FAST_LR, s, 12) for s in range(1, 13)])
+        weights.append([p.detach().clone() for p in model.parameters() if p.requires_grad])
+    assert any(not torch.equal(a, b) for a, b in zip(*weights))
+    mlp = build_model("mlp", _fresh(encoder), len(train.classes))
+    with pytest.raises(DyntcError, match="lr_cosine applies to episodic"):
+        train_supervised(mlp, sub, dev, TrainConfig(lr=FAST_LR, max_epochs=1, lr_cosine=True, progress=False))
+
+
+def test_snapshot_key_leaves_out_lr_cosine_at_its_default():
+    """Stages snapshotted before lr_cosine existed still resume: the key names it only when on."""
+    assert "lr_cosine" not in snapshot_key(TrainConfig(), "prototypical")
+    assert "('lr_cosine', True)" in snapshot_key(TrainConfig(lr_cosine=True), "prototypical")
 
 
 def test_snapshot_of_another_config_is_ignored(tmp_path, sent_encoded):

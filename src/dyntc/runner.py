@@ -338,7 +338,9 @@ def reproduce(
     `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
     run at once, each in its own process (1: in this process). `threads` sets ``torch.set_num_threads``
     in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
-    threads are much slower on a busy machine). `tune` first selects each model's settings on the
+    threads are much slower on a busy machine). With ``device="cuda"`` the `jobs` processes share the
+    GPU: one SRU unit keeps it far from busy (its time goes to kernel launches), so several run at
+    once at little cost to each. `tune` first selects each model's settings on the
     pretraining dev set (:func:`dyntc.protocol.tune_profile`; grid `tune_grid`, see
     :func:`dyntc.protocol.tuning.parse_grid`). `embeddings` is a GloVe text file for the sru encoder (default:
     the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it). `only_splits`
@@ -348,8 +350,6 @@ def reproduce(
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
     if threads is not None and threads < 1:
         raise DyntcError(f"--threads must be >= 1, got {threads}")
-    if jobs > 1 and device != "cpu":
-        raise DyntcError(f"--jobs {jobs} runs several processes on the CPU; with --device {device} use --jobs 1")
     if threads is not None:
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)

@@ -42,6 +42,8 @@ from dyntc.models import load_trainable_state, trainable_state
 NOT_IN_KEY = ("progress", "on_work", "snapshot", "device", "time_budget_s")
 # the stopping rule: replayed from a snapshot's history instead of being part of its key
 STOPPING_FIELDS = ("min_steps", "patience", "hold_at_chance")
+# fields added after snapshots were written: left out of the key at the value that behaves as before
+KEY_DEFAULTS = {"lr_cosine": False}
 
 
 def is_held(cfg: Any, step: int, loss: float | None, chance: float | None) -> bool:
@@ -112,7 +114,8 @@ def model_signature(model: nn.Module | None) -> dict:
 
 def snapshot_key(cfg: Any, kind: str, model: nn.Module | None = None) -> str:
     skip = NOT_IN_KEY + STOPPING_FIELDS
-    return repr((kind, sorted((f, getattr(cfg, f)) for f in cfg.__dataclass_fields__ if f not in skip),
+    pairs = ((f, getattr(cfg, f)) for f in cfg.__dataclass_fields__ if f not in skip)
+    return repr((kind, sorted((f, v) for f, v in pairs if not (f in KEY_DEFAULTS and v == KEY_DEFAULTS[f])),
                  model_signature(model)))
 
 

@@ -40,6 +40,9 @@ from dyntc.stopping import (
 @dataclass
 class TrainConfig:
     lr: float = 1e-3
+    # episodic loop: Adam's lr follows a half cosine from lr (episode 1) to 0 (max_episodes), a function
+    # of the episode alone, so a resumed loop gets the same rates
+    lr_cosine: bool = False
     max_episodes: int = 10_000  # prototypical (paper: 10,000)
     max_epochs: int = 100  # supervised (paper: 100)
     batch_size: int = 64  # supervised
@@ -222,6 +225,12 @@ def supervised_accuracy(model: MLPClassifier, data: Encoded) -> float:
     return float((logits.argmax(1).cpu().numpy() == data.labels).mean())
 
 
+def cosine_lr(base: float, step: int, total: int) -> float:
+    """The rate of episode `step` (1-based) of `total` under a half-cosine decay:
+    ``base * (1 + cos(pi * (step - 1) / total)) / 2``, `base` at the first episode, near 0 at the last."""
+    return base * 0.5 * (1.0 + math.cos(math.pi * (step - 1) / total))
+
+
 def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     """Adam over the trainable parameters; an encoder may ask for its own groups (e.g. a pretrained
     backbone with a smaller learning rate than its head) through ``param_groups(lr)``."""
@@ -253,6 +262,7 @@ def train_prototypical(
     )
     dev_support = train.per_class(cfg.eval_support_per_class, seed=cfg.seed)
     optimizer = make_optimizer(model, cfg.lr)
+    base_lrs = [g["lr"] for g in optimizer.param_groups]  # before a resume loads the decayed ones
     stopper = EarlyStopping(model, cfg.patience)
     history: list[dict] = []
     start = time.perf_counter()
@@ -283,6 +293,9 @@ def train_prototypical(
             sampler.record(ep, logits.detach().softmax(1).cpu().numpy())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if cfg.lr_cosine:
+            for group, base in zip(optimizer.param_groups, base_lrs):
+                group["lr"] = cosine_lr(base, step, cfg.max_episodes)
         optimizer.step()
         running.append(loss.item())
         if cfg.on_work is not None:
@@ -313,6 +326,9 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
+    if cfg.lr_cosine:
+        raise DyntcError("lr_cosine applies to episodic (EUC/HYP) training only, not to the MLP; "
+                         "set it per model (per_model / --tune-grid hyp.lr_cosine=1)")
     model.to(device).train()
     optimizer = make_optimizer(model, cfg.lr)
     stopper = EarlyStopping(model, cfg.patience)

@@ -49,7 +49,7 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 
 # Profile fields added after runs were recorded, at the value that behaves as before they existed:
 # left out of the fingerprint at that value, so those runs still resume.
-_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None}
+_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False}
 
 
 @dataclass
@@ -117,6 +117,7 @@ class RunPlan:
             patience = max(patience, math.ceil(hp["finetune_min_steps"] / (3 * batches)))
         return TrainConfig(
             lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
+            lr_cosine=bool(hp["lr_cosine"]) and model in METRIC_MODELS,
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],

@@ -23,7 +23,7 @@ HIERARCHICAL_DEFAULT_N_FINE = (5, 10, 20, 50, 100, 500)  # NEWS / WOS: Table 2 p
 FLAT_DEFAULT_N_FINE = (5, 10, 20, 100)  # Table 2
 # What a profile's per_model entry (and a --tune candidate) may set: the optimiser's learning rate, the
 # encoder's dropout, and the PrototypicalNetwork options (EUC/HYP only, MODEL_OPTIONS).
-TUNABLE = ("lr", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
+TUNABLE = ("lr", "lr_cosine", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
 # A per_model entry may also set the fine-tuning learning rate (finetune_lr); --tune does not select it,
 # since it scores the pretraining stage only (it is chosen on dev_new: scripts/mlp_finetune_probe.py)
 PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr")
@@ -75,6 +75,8 @@ class Profile:
     finetune_min_steps: int = 0
     # Adam's learning rate while fine-tuning and training from scratch (None: the model's lr)
     finetune_lr: float | None = None
+    # EUC/HYP: every episodic stage's lr decays along a half cosine to 0 over its episode budget
+    lr_cosine: bool = False
     finetune_eval_support_per_class: int | None = None  # EUC/HYP dev-time prototypes while fine-tuning (test: all n_fine)
     # the costly scratch variant only at the run's smallest and largest n_fine (the two ends the
     # pretraining-gain figure compares); a cell selection like --scratch-n-fine, so not in the fingerprint
@@ -260,7 +262,7 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
 
 def parse_setting(name: str, raw: str) -> Any:
     """The value of one per-model setting (:data:`TUNABLE`) from its text: a flag, a number or none."""
-    if name in ("learn_scale", "differentiable_mean"):
+    if name in ("learn_scale", "differentiable_mean", "lr_cosine"):
         return raw.lower() in ("1", "true", "yes")
     if name in ("max_norm", "fixed_norm") and raw.lower() == "none":
         return None

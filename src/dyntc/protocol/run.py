@@ -40,6 +40,7 @@ from dyntc.training import (
     TrainConfig,
     embed,
     embed_points,
+    machine_description,
     train_prototypical,
     train_supervised,
 )
@@ -120,6 +121,8 @@ class ProtocolRun:
         self._splits: dict[int, DynamicSplit] = {}
         self._split_data: dict[int, SplitData] = {}
         self._on_work: Callable[[int], None] | None = None  # hears of training work (sequences), for the ETA
+        # per row and pretraining: a run resumed elsewhere (another CPU, a GPU) mixes machines
+        self._machine = f"{machine_description()}, device {plan.device}"
 
     # ---- results file (dyntc.protocol.results) ---------------------------------------------------
 
@@ -315,7 +318,7 @@ class ProtocolRun:
             row.update(
                 model=model_name, variant=variant, n_fine=n_fine, split=s, seed=d.seed,
                 n_train=len(fine), shortfall=short, n_test=len(d.test), n_test_new=int(d.test_new_mask.sum()),
-                cell_seconds=time.perf_counter() - t0, finished=now(),
+                cell_seconds=time.perf_counter() - t0, finished=now(), machine=self._machine,
             )
             self.results["rows"].append(ordered_row(row))
             self.save()
@@ -342,7 +345,7 @@ class ProtocolRun:
                 result = train_supervised(model, pretrain, dev_old, cfg)
             else:
                 result = train_prototypical(model, pretrain, dev_old, cfg)
-            info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, **train_info(result),
+            info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, "machine": self._machine, **train_info(result),
                     "n_train": len(pretrain), "n_dev": len(dev_old), "history": result.history}
             save_weights(path, model, info)
             snapshot.unlink(missing_ok=True)
