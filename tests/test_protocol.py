@@ -553,12 +553,18 @@ def test_two_jobs_resume_an_interrupted_run(tiny_run, small_sent, tmp_path):
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     data["rows"] = [r for r in data["rows"] if r["model"] == "mlp" or r["n_fine"] == 5]  # euc, hyp n_fine=10 lost
     data["finished"] = None
+    # hyp's weights are lost and its record is another model's: pretrained again, the new record must
+    # replace it (the parent's copy of the old one once won the last merge)
+    data["pretraining"]["0"]["hyp"] = {**data["pretraining"]["0"]["hyp"], "steps": -1, "best_dev_acc": -1.0}
     (tmp_path / "run" / "results.json").write_text(json.dumps(data))
     (tmp_path / "run" / "checkpoints" / "split0" / "hyp.safetensors").unlink()  # and hyp's pretrained weights
     resumed = run_tiny(small_sent, tmp_path / "run", jobs=2)
     assert resumed["finished"] and len(resumed["rows"]) == len(sequential["rows"])
     for a, b in zip(sequential["rows"], resumed["rows"]):
         assert _without_timings(a) == _without_timings(b)
+    on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
+    for record in (resumed["pretraining"]["0"]["hyp"], on_disk["pretraining"]["0"]["hyp"]):
+        assert record["steps"] == sequential["pretraining"]["0"]["hyp"]["steps"] > 0
 
 
 def test_a_failing_worker_names_its_unit(small_sent, tmp_path):

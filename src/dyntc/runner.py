@@ -272,7 +272,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
                 run.log(item[1])
                 if time.perf_counter() - reported > REPORT_EVERY_S:
                     # a unit takes up to hours: keep tables.md and the plots current for a run that is stopped
-                    run.save()
+                    run.save(header_only=True)
                     run.write_report()
                     reported = time.perf_counter()
             elif kind == "work":
@@ -288,7 +288,7 @@ def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, 
             elif kind == "done":
                 n_done += 1
                 progress.unit_done(by_name[item[1]], item[2], item[3], n_done, len(units))
-                run.save()  # fetch the workers' rows for the tables
+                run.save(header_only=True)  # fetch the workers' rows for the tables
                 run.write_report()
                 reported = time.perf_counter()
         for p in procs:

@@ -144,11 +144,16 @@ class ResultsFile:
     def done(self) -> set[str]:
         return {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in self.data["rows"]}
 
-    def save(self, replace: bool = False) -> None:
+    def save(self, replace: bool = False, header_only: bool = False) -> None:
         """Merge this process's results into the file under a file lock (other workers may be writing);
-        `replace` writes them as they are (the start of a run: old results kept or --force)."""
+        `replace` writes them as they are (the start of a run: old results kept or --force).
+        `header_only`: merge only the run-level fields and take everything else from the file (the
+        parent of worker processes, whose copies of their rows and pretraining records may be stale:
+        a model pretrained again would otherwise get its old record back)."""
         ours = self.data
         ours["updated"] = now()
+        if header_only and not replace:
+            ours = {k: v for k, v in ours.items() if k not in ("rows", "split_info", "pretraining")}
         self.data = update_json(
             self.path, lambda disk: ours if replace or disk is None else merge_results(disk, ours, header=not self.worker))
 

@@ -138,8 +138,8 @@ class ProtocolRun:
     def done(self) -> set[str]:
         return self.file.done()
 
-    def save(self, replace: bool = False) -> None:
-        self.file.save(replace)
+    def save(self, replace: bool = False, header_only: bool = False) -> None:
+        self.file.save(replace, header_only)
 
     # ---- encoder and features -----------------------------------------------------------------
 
@@ -247,7 +247,7 @@ class ProtocolRun:
         """Record whether every planned cell is done and the run's wall time; rows in the plan's order."""
         plan = self.plan
         self.results["last_run_seconds"] = seconds
-        self.save()  # merges what worker processes wrote
+        self.save(header_only=True)  # fetches what worker processes wrote (this process saved its own cells)
         self.results["finished"] = now() if not any(
             cell_key(*c) not in self.done() for s in range(plan.splits) for c in plan.cells(s)) else None
         order = {cell_key(*c): i for i, c in enumerate(c for s in range(plan.splits) for c in plan.cells(s))}
