@@ -383,6 +383,29 @@ def test_snapshot_key_leaves_out_lr_cosine_at_its_default():
     assert "('lr_cosine', True)" in snapshot_key(TrainConfig(lr_cosine=True), "prototypical")
 
 
+def test_snapshot_key_ignores_which_glove_file_the_vectors_came_from():
+    """A stage snapshotted with the packaged vectors resumes with a subset file of them (a GPU host
+    without the package) and back; the encoder's architecture stays in the key."""
+    class Encoder(torch.nn.Module):
+        def __init__(self, path, hidden=8):
+            super().__init__()
+            self.path, self.hidden = path, hidden
+
+        def config(self):
+            return {"kind": "glove-sru", "hidden_size": self.hidden, "embeddings": self.path}
+
+    class Model(torch.nn.Module):
+        def __init__(self, path, hidden=8):
+            super().__init__()
+            self.encoder = Encoder(path, hidden)
+
+    def key(path, hidden=8):
+        return snapshot_key(TrainConfig(), "prototypical", Model(path, hidden))
+
+    assert key("/a/glove-news.txt") == key(None) == key("/b/glove.txt")
+    assert key(None, hidden=16) != key(None)
+
+
 def test_snapshot_of_another_config_is_ignored(tmp_path, sent_encoded):
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))

@@ -108,8 +108,13 @@ def model_signature(model: nn.Module | None) -> dict:
     if model is None:
         return {}
     encoder = getattr(model, "encoder", None)
+    enc = encoder.config() if hasattr(encoder, "config") else None
+    if isinstance(enc, dict) and enc.get("embeddings") is not None:
+        # which file the GloVe vectors came from is not the model: a dataset's subset of them (`dyntc
+        # export-glove`, e.g. on a GPU host) gives the same vectors, and a run checks their digest
+        enc = {**enc, "embeddings": None}
     return {"model": type(model).__name__, "config": model.config() if hasattr(model, "config") else None,
-            "encoder": encoder.config() if hasattr(encoder, "config") else None}
+            "encoder": enc}
 
 
 def snapshot_key(cfg: Any, kind: str, model: nn.Module | None = None) -> str:
