@@ -42,7 +42,7 @@ def versus_paper(results: dict) -> None:
     ours = cells(results)
     for model, variant in ROWS:
         out = []
-        for n in results["n_fine"]:
+        for n in sorted({r["n_fine"] for r in results["rows"]}):
             v = [a for (m, var, k, _), a in ours.items() if (m, var, k) == (model, variant, n)]
             if not v:
                 continue
@@ -61,7 +61,7 @@ def paired(results: dict, base: dict) -> None:
     ours, theirs = cells(results), cells(base)
     for model, variant in ROWS:
         out = []
-        for n in results["n_fine"]:
+        for n in sorted({r["n_fine"] for r in results["rows"]}):
             d = [ours[k] - theirs[k] for k in ours if k[:3] == (model, variant, n) and k in theirs]
             if d:
                 out.append(f"{n}: {np.mean(d):+.1f} (n={len(d)})")

@@ -12,13 +12,12 @@ import torch
 
 import dyntc.protocol as protocol
 import dyntc.protocol.run as protocol_run
-from dyntc.training import machine_description
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, accuracies, make_plan
 from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown
-from dyntc.training import Encoded
+from dyntc.training import Encoded, machine_description
 
 ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
             "shortfall", "n_test", "n_test_new", "steps"}
@@ -271,6 +270,8 @@ def test_tiny_run_report(tiny_run):
     agg = aggregate(results)
     assert agg[("euc", "fine-tuned", 5)]["all"][2] == 1  # one split
     assert tables_markdown(results) == tables
+    # a later invocation that ran only n_fine 10 (its header says so) keeps the n_fine 5 columns
+    assert "n_fine=5" in tables_markdown({**results, "n_fine": [10]})
 
 
 def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):

@@ -375,6 +375,10 @@ def test_lr_cosine_changes_episodic_training_and_is_refused_for_the_mlp(sent_enc
     mlp = build_model("mlp", _fresh(encoder), len(train.classes))
     with pytest.raises(DyntcError, match="lr_cosine applies to episodic"):
         train_supervised(mlp, sub, dev, TrainConfig(lr=FAST_LR, max_epochs=1, lr_cosine=True, progress=False))
+    from dyntc.protocol import PAPER
+
+    with pytest.raises(DyntcError, match=r"per_model\['sent'\]\['mlp'\] sets lr_cosine"):
+        dataclasses.replace(PAPER, per_model={"sent": {"mlp": {"lr_cosine": True}}})
 
 
 def test_snapshot_key_leaves_out_lr_cosine_at_its_default():

@@ -109,10 +109,10 @@ def _fmt(stat: tuple[float, float, int] | None, n_splits: int, with_std: bool = 
     return text + (f" (n={k})" if k != n_splits else "")
 
 
-def _n_fine_values(results: dict, agg: dict) -> list[int]:
-    present = {n for (_, _, n) in agg}
-    wanted = [int(n) for n in results.get("n_fine", [])]
-    return sorted(set(wanted) & present) or sorted(present)
+def _n_fine_values(agg: dict) -> list[int]:
+    """Every n_fine with cells: a resumed run's header names only its last invocation's selection
+    (e.g. `--n-fine 100`), which must not drop the other columns from the tables."""
+    return sorted({n for (_, _, n) in agg})
 
 
 def _models(results: dict, agg: dict) -> list[str]:
@@ -128,7 +128,7 @@ def tables_markdown(results: dict) -> str:
     agg = aggregate(results)
     dataset = results.get("dataset", "?")
     n_splits = int(results.get("splits", 0))
-    fines = _n_fine_values(results, agg)
+    fines = _n_fine_values(agg)
     models = _models(results, agg)
     name = DATASET_LABELS.get(dataset, dataset)
     lines = [
@@ -326,7 +326,7 @@ def _plt():
 
 def plot_accuracy(results: dict, path: Path) -> Path | None:
     agg = aggregate(results)
-    fines = _n_fine_values(results, agg)
+    fines = _n_fine_values(agg)
     models = _models(results, agg)
     if not fines or not models:
         return None
@@ -367,7 +367,7 @@ def plot_accuracy(results: dict, path: Path) -> Path | None:
 
 def plot_pretraining_gain(results: dict, path: Path) -> Path | None:
     agg = aggregate(results)
-    fines = _n_fine_values(results, agg)
+    fines = _n_fine_values(agg)
     models = [m for m in _models(results, agg) if any((m, "scratch", n) in agg and (m, "fine-tuned", n) in agg for n in fines)]
     if not models:
         return None

@@ -109,6 +109,9 @@ class Profile:
                 if bad:
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {bad}; "
                                      f"settable per model: {', '.join(PER_MODEL_SETTINGS)}")
+                if model == "mlp" and values.get("lr_cosine"):
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}]['mlp'] sets lr_cosine, which applies "
+                                     "to episodic (EUC/HYP) training only; set it for euc or hyp")
 
     def for_dataset(self, dataset: str) -> dict[str, Any]:
         """The profile with per-dataset values resolved, as a JSON-able dict."""
