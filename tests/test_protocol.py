@@ -297,6 +297,42 @@ def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):
             assert r == old[(r["model"], r["variant"], r["n_fine"])]
 
 
+def test_a_resume_of_a_selection_keeps_the_runs_grid_and_is_not_finished_early(tiny_run, small_sent, tmp_path, counted):
+    """A resume that asks for fewer n_fine and models than the run has: the header keeps the run's grid
+    (joined over invocations), names the selection apart, and the run is finished only when the
+    whole grid is."""
+    import shutil
+
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    data = json.loads((run_dir / "results.json").read_text())
+    data["rows"] = [r for r in data["rows"] if not (r["model"] == "hyp" and r["n_fine"] == 10)]
+    (run_dir / "results.json").write_text(json.dumps(data))
+    proto, sup = counted
+    partial = run_tiny(small_sent, run_dir, models="euc", n_fine="5")
+    assert proto.calls == 0 and sup.calls == 0  # EUC at 5 is done
+    assert partial["n_fine"] == [5, 10] and partial["models"] == ["mlp", "euc", "hyp"]
+    assert partial["variants"] == ["fine-tuned", "un-tuned", "scratch"] and partial["scratch_n_fine"] is None
+    assert partial["last_invocation"]["n_fine"] == [5] and partial["last_invocation"]["models"] == ["euc"]
+    assert partial["finished"] is None  # HYP at 10 is still to do
+    assert "not yet" in (run_dir / "tables.md").read_text()
+    final = run_tiny(small_sent, run_dir, models="hyp", n_fine="10")
+    assert final["finished"] and len(final["rows"]) == 18 and final["n_fine"] == [5, 10]
+
+
+def test_joined_grid_counts_scratch_only_where_it_was_asked_for():
+    from dyntc.protocol.results import joined_grid
+
+    plan = make_plan("sent", "tiny", n_fine="5,100", variants="scratch", scratch_n_fine="5")
+    before = {"n_fine": [5, 10, 20, 100], "models": ["euc"], "variants": ["fine-tuned"], "scratch_n_fine": None, "rows": []}
+    grid = joined_grid(before, plan)
+    assert grid["n_fine"] == [5, 10, 20, 100] and grid["variants"] == ["fine-tuned", "scratch"]
+    assert grid["scratch_n_fine"] == [5] and grid["models"] == ["mlp", "euc", "hyp"]
+    everywhere = joined_grid({**before, "variants": ["scratch"]}, plan)
+    assert everywhere["scratch_n_fine"] is None  # the earlier invocation asked for scratch at every n_fine
+
+
 def test_read_only_run_loads_the_runs_weights_and_writes_nothing(tiny_run, small_sent, counted):
     from dyntc.protocol.run import read_only_run
 

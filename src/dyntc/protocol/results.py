@@ -3,6 +3,7 @@ worker processes under a file lock) and the pretrained weights under ``checkpoin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from dyntc.errors import DyntcError
 from dyntc.files import atomic_write, write_json
 from dyntc.models import load_trainable_state, trainable_state
 from dyntc.protocol.plan import RunPlan, cell_key, model_view
+from dyntc.protocol.profiles import MODEL_VARIANTS, VARIANTS
 from dyntc.training import check_out_dir, machine_description
 
 RESULTS_FORMAT = 1
@@ -50,6 +52,32 @@ def merge_results(disk: dict, ours: dict, *, header: bool) -> dict:
         merged.setdefault("vocabulary", ours["vocabulary"])
     merged["updated"] = now()
     return merged
+
+
+def joined_grid(old: dict, plan: RunPlan) -> dict[str, Any]:
+    """The cells a results file stands for: the grid of its earlier invocations (its header) joined
+    with this one's, so that a resume selecting fewer n_fine, models or variants neither makes the
+    header describe that selection only nor marks the run finished when the selection is done.
+    ``scratch_n_fine`` None means scratch at every n_fine; it counts only where scratch was asked for."""
+    def scratch(n_fine, variants, scratch_n_fine):
+        if "scratch" not in variants:
+            return set()
+        return set(n_fine) if scratch_n_fine is None else set(scratch_n_fine)
+
+    rows = old.get("rows") or []  # files written before the header was joined still show their cells
+    old_n = set(old.get("n_fine") or []) | {r["n_fine"] for r in rows}
+    old_models = set(old.get("models") or []) | {r["model"] for r in rows}
+    old_variants = set(old.get("variants") or []) | {r["variant"] for r in rows}
+    n_fine = sorted(old_n | set(plan.n_fine))
+    models = [m for m in MODEL_VARIANTS if m in old_models | set(plan.models)]
+    variants = [v for v in VARIANTS if v in old_variants | set(plan.variants)]
+    old_scratch = old.get("scratch_n_fine")
+    if old_scratch is not None:
+        old_scratch = set(old_scratch) | {r["n_fine"] for r in rows if r["variant"] == "scratch"}
+    scratch_at = (scratch(old_n, old_variants, old_scratch)
+                  | scratch(plan.n_fine, plan.variants, plan.scratch_n_fine))
+    scratch_n_fine = None if "scratch" not in variants or scratch_at >= set(n_fine) else sorted(scratch_at)
+    return {"n_fine": n_fine, "models": models, "variants": variants, "scratch_n_fine": scratch_n_fine}
 
 
 def describe_difference(old: dict, new: dict, prefix: str = "") -> str:
@@ -111,7 +139,9 @@ class ResultsFile:
             # settings): their running stages' snapshots are checked against their own settings
             self.log(f"{self.path}: taking the new configuration ({difference}); "
                      f"it changes nothing for the finished work of {', '.join(sorted(finished)) or 'no model'}")
+        grid = joined_grid(old, self.plan)
         old.update(self._header(started=old.get("started")))
+        old.update(grid)
         return old
 
     def _header(self, started: str | None) -> dict:
@@ -124,11 +154,14 @@ class ResultsFile:
             "encoder": plan.encoder,
             "p": plan.hp["p"],
             "seed": plan.seed,
+            # the run's grid, joined over invocations (joined_grid); this invocation's selection below
             "n_fine": list(plan.n_fine),
             "splits": plan.splits,
             "models": list(plan.models),
             "variants": list(plan.variants),
             "scratch_n_fine": None if plan.scratch_n_fine is None else list(plan.scratch_n_fine),
+            "last_invocation": {"n_fine": list(plan.n_fine), "models": list(plan.models), "variants": list(plan.variants),
+                                "only_splits": None if plan.only_splits is None else list(plan.only_splits)},
             "config": plan.hp,
             "fingerprint": plan.fingerprint(),
             "dyntc_version": __version__,
@@ -140,6 +173,12 @@ class ResultsFile:
             "early_stopping": "pretraining: dev set relabelled to Y_old; fine-tuning and scratch: dev set on Y_new, "
                               "prototypes (EUC/HYP) from the n_fine examples",
         }
+
+    def grid_cells(self) -> list[tuple[str, str, int, int]]:
+        """Every cell of the run's grid (all invocations, all splits), in the plan's order."""
+        grid = {k: tuple(v) if v is not None else None for k, v in joined_grid(self.data, self.plan).items()}
+        plan = dataclasses.replace(self.plan, **grid)
+        return [c for s in range(plan.splits) for c in plan.cells(s)]
 
     def done(self) -> set[str]:
         return {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in self.data["rows"]}

@@ -244,13 +244,13 @@ class ProtocolRun:
         return units
 
     def finish(self, seconds: float) -> dict:
-        """Record whether every planned cell is done and the run's wall time; rows in the plan's order."""
-        plan = self.plan
+        """Record whether every cell of the run's grid (all invocations) is done and the run's wall time;
+        rows in the grid's order."""
         self.results["last_run_seconds"] = seconds
         self.save(header_only=True)  # fetches what worker processes wrote (this process saved its own cells)
-        self.results["finished"] = now() if not any(
-            cell_key(*c) not in self.done() for s in range(plan.splits) for c in plan.cells(s)) else None
-        order = {cell_key(*c): i for i, c in enumerate(c for s in range(plan.splits) for c in plan.cells(s))}
+        grid, done = self.file.grid_cells(), self.done()
+        self.results["finished"] = now() if all(cell_key(*c) in done for c in grid) else None
+        order = {cell_key(*c): i for i, c in enumerate(grid)}
         self.results["rows"].sort(key=lambda r: order.get(cell_key(r["model"], r["variant"], r["n_fine"], r["split"]), len(order)))
         self.save(replace=True)
         self.write_report()
