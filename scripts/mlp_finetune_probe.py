@@ -1,8 +1,11 @@
 """Ways of fine-tuning the pretrained MLP on the n_fine examples (issue 11, the SENT MLP gap): the
 protocol's rule (a fresh linear layer, the whole network trained at the profile's settings) against
 other learning rates and a fresh layer trained on the frozen encoder, by Adam with early stopping or
-(rule LOGREG) fitted to convergence as an L2-regularised logistic regression on the encoder's eval-mode
-features, its strength chosen on dev_new. (A longer budget is the profile field finetune_min_steps:
+fitted to convergence as a logistic regression on the encoder's features (dyntc.training.fit_head,
+its L2 strength chosen on dev_new; rule "frozen encoder logreg"), and that fitted layer as the start
+of the protocol's fine-tuning (LP-FT; rule "logreg head then protocol", the profile field
+finetune_fit_head). Commit a0f83d5 has the script's first version of the last two rules, with its own
+regression; the library's loop also counts the fitted start in the patience. (A longer budget is the profile field finetune_min_steps:
 `dyntc reproduce --set finetune_min_steps=1000`.)
 
     DYNTC_DATA=../shared/datasets python scripts/mlp_finetune_probe.py --run runs/sent-mlp --splits 0,1
@@ -33,7 +36,7 @@ from dyntc.errors import DyntcError
 from dyntc.protocol import make_plan
 from dyntc.protocol.plan import derive_seed
 from dyntc.protocol.run import read_only_run
-from dyntc.training import supervised_accuracy, train_supervised
+from dyntc.training import fit_head, supervised_accuracy, train_supervised
 
 # name -> (changes to the fine-tuning TrainConfig, encoder frozen)
 RULES = {
@@ -47,34 +50,9 @@ RULES = {
     "frozen encoder lr 1e-2": ({"lr": 1e-2}, True),
     "frozen encoder lr 3e-2": ({"lr": 3e-2}, True),
     "frozen encoder lr 1e-1": ({"lr": 1e-1}, True),
+    "logreg head then protocol": ({"fit_head": True}, False),  # LP-FT: the profile's finetune_fit_head
 }
-LOGREG = "frozen encoder logreg"
-LP_FT = "logreg head then protocol"  # the LOGREG layer as the new head, then the protocol's fine-tuning
-LOGREG_C = (0.001, 0.003, 0.01, 0.03, 0.1, 1.0, 10.0)  # inverse L2 strengths; dev_new picks one per cell
-
-
-def logreg_head(features: dict[str, torch.Tensor], labels: dict[str, np.ndarray], seed: int) -> dict:
-    """A new output layer on frozen features, fitted to convergence (multinomial logistic regression,
-    L-BFGS), its regularisation chosen on dev_new; the test accuracy is read at that choice only.
-    ``weight``/``bias``: the fitted layer on the raw (unstandardised) features."""
-    from sklearn.linear_model import LogisticRegression
-
-    x = {k: v.cpu().double().numpy() for k, v in features.items()}
-    # standardised on the n_fine examples: the raw features have norms of 28-50, which leaves L-BFGS
-    # thousands of iterations at weak regularisation
-    mean, std = x["fine"].mean(0), x["fine"].std(0) + 1e-6
-    x = {k: (v - mean) / std for k, v in x.items()}
-    best = None
-    for c in LOGREG_C:
-        clf = LogisticRegression(C=c, max_iter=5000, random_state=seed).fit(x["fine"], labels["fine"])
-        dev = float((clf.predict(x["dev"]) == labels["dev"]).mean())
-        if best is None or dev > best[0]:
-            best = (dev, c, clf)
-    dev, c, clf = best
-    weight = clf.coef_ / std
-    bias = clf.intercept_ - weight @ mean
-    return {"dev_new": dev, "test": float((clf.predict(x["test"]) == labels["test"]).mean()), "C": c,
-            "weight": torch.as_tensor(weight, dtype=torch.float32), "bias": torch.as_tensor(bias, dtype=torch.float32)}
+LOGREG = "frozen encoder logreg"  # dyntc.training.fit_head alone: the new layer fitted, nothing tuned
 
 
 def fine_tune(pretrained, fine, dev, cfg, changes: dict, frozen: bool):
@@ -88,24 +66,6 @@ def fine_tune(pretrained, fine, dev, cfg, changes: dict, frozen: bool):
     return model, result
 
 
-def linear_probe_then_fine_tune(pretrained, fine, dev, cfg, head: dict):
-    """LP-FT (Kumar et al. 2022): the new head starts as the fitted logistic regression, then the whole
-    network is fine-tuned by the protocol's rule; the fine-tuning is kept only if it beats the start on
-    dev_new (the protocol's early stopping, with the fitted head as its epoch 0)."""
-    model = copy.deepcopy(pretrained)
-    model.replace_head(len(fine.classes))
-    with torch.no_grad():
-        model.head.weight.copy_(head["weight"])
-        model.head.bias.copy_(head["bias"])
-    start_dev, start_state = supervised_accuracy(model, dev), copy.deepcopy(model.state_dict())
-    result = train_supervised(model, fine, dev, replace(cfg, snapshot=None, progress=False))
-    tuned_dev = max(h["dev_acc"] for h in result.history)
-    if start_dev >= tuned_dev:
-        model.load_state_dict(start_state)
-    model.eval()
-    return model, {"dev_new": max(start_dev, tuned_dev), "dev_start": start_dev, "dev_tuned": tuned_dev}, result.steps
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, required=True)
@@ -115,9 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     rules = [r.strip() for r in args.rules.split(",")]
-    unknown = [r for r in rules if r not in RULES and r not in (LOGREG, LP_FT)]
+    unknown = [r for r in rules if r not in RULES and r != LOGREG]
     if unknown:
-        raise DyntcError(f"--rules: unknown {unknown}; known: {[*RULES, LOGREG, LP_FT]}")
+        raise DyntcError(f"--rules: unknown {unknown}; known: {[*RULES, LOGREG]}")
     if not (args.run / "results.json").is_file():
         raise DyntcError(f"--run {str(args.run)!r} holds no results.json: give a `dyntc reproduce` output directory")
     results = json.loads((args.run / "results.json").read_text(encoding="utf-8"))
@@ -136,33 +96,18 @@ def main(argv: list[str] | None = None) -> None:
         for s in splits:
             d = run._data(s)
             pretrained = run._pretrained(s, d.seed, "mlp", d.enc0, d.pretrain, d.dev_old)
-            features = {}
-            if LOGREG in rules or LP_FT in rules:  # the frozen encoder's features of dev_new and test, shared by every n_fine
-                features = {k: embed(pretrained.encoder, pretrained.encoder, v.items) for k, v in
-                            (("dev", d.dev_new), ("test", d.test))}
             for n in n_fine:
                 idx, _ = d.split.finetune_indices(n)
                 fine = d.pool.take(idx)
                 seed = derive_seed(plan.seed, d.seed, "mlp", "fine-tuned", n)
                 cfg = plan.train_config("finetune", seed, model="mlp", n_train=len(fine))
-                head = None
-                if LOGREG in rules or LP_FT in rules:
-                    feats = {**features, "fine": embed(pretrained.encoder, pretrained.encoder, fine.items)}
-                    labels = {"fine": fine.labels, "dev": d.dev_new.labels, "test": d.test.labels}
-                    head = logreg_head(feats, labels, seed)
                 for name in rules:
                     if name == LOGREG:
-                        row = {"split": s, "n_fine": n, "rule": name, "dev_new": head["dev_new"], "test": head["test"],
-                               "C": head["C"], "steps": None}
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
-                        continue
-                    if name == LP_FT:
-                        torch.manual_seed(seed)
-                        model, devs, steps = linear_probe_then_fine_tune(pretrained, fine, d.dev_new, cfg, head)
-                        pred = embed(model, model.encoder, d.test.items).argmax(1).cpu().numpy()
-                        row = {"split": s, "n_fine": n, "rule": name, **devs,
-                               "test": float((pred == d.test.labels).mean()), "steps": steps}
+                        model = copy.deepcopy(pretrained)
+                        model.replace_head(len(fine.classes))
+                        dev = fit_head(model, fine, d.dev_new, seed)
+                        row = {"split": s, "n_fine": n, "rule": name, "dev_new": dev,
+                               "test": supervised_accuracy(model, d.test), "steps": 0}
                         rows.append(row)
                         print(json.dumps(row), flush=True)
                         continue

@@ -20,6 +20,7 @@ from dyntc.training import (
     Encoded,
     TrainConfig,
     cosine_lr,
+    fit_head,
     prototypical_accuracy,
     prototypical_predict,
     supervised_accuracy,
@@ -379,6 +380,44 @@ def test_lr_cosine_changes_episodic_training_and_is_refused_for_the_mlp(sent_enc
 
     with pytest.raises(DyntcError, match=r"per_model\['sent'\]\['mlp'\] sets lr_cosine"):
         dataclasses.replace(PAPER, per_model={"sent": {"mlp": {"lr_cosine": True}}})
+
+
+def test_fit_head_sets_the_dev_chosen_logistic_regression_and_starts_the_loop_from_it(sent_encoded):
+    """fit_head's layer on the raw features predicts as the standardised regression it came from (the
+    dev accuracy it reports is the head's own), beats a fresh random layer, and the supervised loop
+    records it as epoch 0 and never ends below it on dev."""
+    encoder, train, dev, _, _ = sent_encoded
+    sub, dev_sub = train.take(np.arange(400)), dev.take(np.arange(300))
+    torch.manual_seed(0)
+    model = build_model("mlp", _fresh(encoder), len(train.classes))
+    fresh = supervised_accuracy(model, dev_sub)
+    acc = fit_head(model, sub, dev_sub, seed=0)
+    assert abs(acc - supervised_accuracy(model, dev_sub)) <= 2 / len(dev_sub)
+    assert acc > fresh + 0.05
+    torch.manual_seed(0)
+    looped = build_model("mlp", _fresh(encoder), len(train.classes))
+    result = train_supervised(looped, sub, dev_sub, TrainConfig(lr=1e-3, max_epochs=2, batch_size=64, patience=1,
+                                                               fit_head=True, progress=False))
+    assert result.history[0] == {"epoch": 0, "dev_acc": acc}
+    assert result.best_dev_acc >= acc and supervised_accuracy(looped, dev_sub) == result.best_dev_acc
+    missing = sub.take(np.flatnonzero(sub.labels != 0))
+    with pytest.raises(DyntcError, match="fit_head needs every one of the head's"):
+        fit_head(model, missing, dev_sub, seed=0)
+
+
+def test_finetune_fit_head_reaches_only_the_mlp_fine_tuning_stage():
+    from dyntc.protocol import PAPER, make_plan
+
+    profile = dataclasses.replace(PAPER, per_model={"sent": {"mlp": {"finetune_fit_head": True}}})
+    plan = make_plan("sent", profile)
+    assert plan.train_config("finetune", 0, model="mlp").fit_head
+    assert not plan.train_config("pretrain", 0, model="mlp").fit_head
+    assert not plan.train_config("finetune", 0, model="euc").fit_head
+    assert not make_plan("sent", PAPER).train_config("finetune", 0, model="mlp").fit_head
+    with pytest.raises(DyntcError, match=r"per_model\['sent'\]\['euc'\] sets finetune_fit_head"):
+        dataclasses.replace(PAPER, per_model={"sent": {"euc": {"finetune_fit_head": True}}})
+    assert "fit_head" not in snapshot_key(TrainConfig(), "supervised")  # old snapshots keep their key
+    assert "('fit_head', True)" in snapshot_key(TrainConfig(fit_head=True), "supervised")
 
 
 def test_snapshot_key_leaves_out_lr_cosine_at_its_default():

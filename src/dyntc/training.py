@@ -43,6 +43,9 @@ class TrainConfig:
     # episodic loop: Adam's lr follows a half cosine from lr (episode 1) to 0 (max_episodes), a function
     # of the episode alone, so a resumed loop gets the same rates
     lr_cosine: bool = False
+    # supervised loop: the (new) output layer starts as a logistic regression fitted to the frozen
+    # encoder's features of the training set (fit_head), and early stopping counts it as epoch 0
+    fit_head: bool = False
     max_episodes: int = 10_000  # prototypical (paper: 10,000)
     max_epochs: int = 100  # supervised (paper: 100)
     batch_size: int = 64  # supervised
@@ -231,6 +234,38 @@ def cosine_lr(base: float, step: int, total: int) -> float:
     return base * 0.5 * (1.0 + math.cos(math.pi * (step - 1) / total))
 
 
+HEAD_C = (0.001, 0.003, 0.01, 0.03, 0.1, 1.0, 10.0)  # fit_head's inverse L2 strengths, one chosen on dev
+
+
+@torch.no_grad()
+def fit_head(model: MLPClassifier, train: Encoded, dev: Encoded | None, seed: int) -> float:
+    """Set ``model.head`` to a multinomial logistic regression on the encoder's eval-mode features of
+    `train` (L-BFGS to convergence, features standardised on `train`), its L2 strength the one of
+    :data:`HEAD_C` best on `dev` (the largest C without `dev`); returns that dev accuracy (nan without).
+
+    Why: with n_fine examples per class an epoch is a batch or two, and early-stopped Adam steps hardly
+    move a fresh random layer (docs/results.md §8, "the MLP's new output layer")."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(train.classes) != model.head.out_features or len(np.unique(train.labels)) != len(train.classes):
+        raise DyntcError(f"fit_head needs every one of the head's {model.head.out_features} classes in the training "
+                         f"set; it has {len(np.unique(train.labels))}")
+    x = embed(model.encoder, model.encoder, train.items).double().cpu().numpy()
+    mean, std = x.mean(0), x.std(0) + 1e-6
+    x_dev = None if dev is None else (embed(model.encoder, model.encoder, dev.items).double().cpu().numpy() - mean) / std
+    best = None
+    for c in HEAD_C if dev is not None else HEAD_C[-1:]:
+        clf = LogisticRegression(C=c, max_iter=5000, random_state=seed).fit((x - mean) / std, train.labels)
+        acc = float((clf.predict(x_dev) == dev.labels).mean()) if dev is not None else float("nan")
+        if best is None or acc > best[0]:
+            best = (acc, clf)
+    acc, clf = best
+    weight = clf.coef_ / std  # the layer on the raw features
+    model.head.weight.copy_(torch.as_tensor(weight, dtype=model.head.weight.dtype))
+    model.head.bias.copy_(torch.as_tensor(clf.intercept_ - weight @ mean, dtype=model.head.bias.dtype))
+    return acc
+
+
 def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     """Adam over the trainable parameters; an encoder may ask for its own groups (e.g. a pretrained
     backbone with a smaller learning rate than its head) through ``param_groups(lr)``."""
@@ -345,6 +380,11 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
         history, step = state["history"], state["batches"]
         rng.bit_generator.state = state["numpy_rng"]
         start -= state["elapsed"]
+    if cfg.fit_head and state is None:
+        acc = fit_head(model, train, dev, cfg.seed)
+        if dev is not None:
+            history.append({"epoch": 0, "dev_acc": acc})
+            stopper.update(acc)
     bar = tqdm(total=cfg.max_epochs * n_batches, initial=step, desc="mlp batches", disable=not cfg.progress, leave=False)
     for epoch in range(epoch + 1, cfg.max_epochs + 1):
         order = rng.permutation(len(train))

@@ -49,7 +49,8 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 
 # Profile fields added after runs were recorded, at the value that behaves as before they existed:
 # left out of the fingerprint at that value, so those runs still resume.
-_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False}
+_NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False,
+                                        "finetune_fit_head": False}
 
 
 @dataclass
@@ -118,6 +119,7 @@ class RunPlan:
         return TrainConfig(
             lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
             lr_cosine=bool(hp["lr_cosine"]) and model in METRIC_MODELS,
+            fit_head=bool(hp["finetune_fit_head"]) and not pre and model == "mlp",
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],

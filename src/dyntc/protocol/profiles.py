@@ -26,7 +26,7 @@ FLAT_DEFAULT_N_FINE = (5, 10, 20, 100)  # Table 2
 TUNABLE = ("lr", "lr_cosine", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
 # A per_model entry may also set the fine-tuning learning rate (finetune_lr); --tune does not select it,
 # since it scores the pretraining stage only (it is chosen on dev_new: scripts/mlp_finetune_probe.py)
-PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr")
+PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr", "finetune_fit_head")
 MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
 # SENT's MLP fine-tunes (and trains from scratch) at Adam 1e-2 in `paper` and `quick` alike: with n_fine x 10
 # examples an epoch is one or two steps, and at 1e-3 its fresh output layer hardly leaves its initialisation
@@ -77,6 +77,10 @@ class Profile:
     finetune_lr: float | None = None
     # EUC/HYP: every episodic stage's lr decays along a half cosine to 0 over its episode budget
     lr_cosine: bool = False
+    # MLP fine-tuning / scratch: the new output layer starts as a logistic regression fitted to the frozen
+    # encoder's features of the n_fine examples (L2 chosen on dev_new), and early stopping counts that
+    # start as epoch 0: the paper's "learn a new output layer", fitted before the network is tuned
+    finetune_fit_head: bool = False
     finetune_eval_support_per_class: int | None = None  # EUC/HYP dev-time prototypes while fine-tuning (test: all n_fine)
     # the costly scratch variant only at the run's smallest and largest n_fine (the two ends the
     # pretraining-gain figure compares); a cell selection like --scratch-n-fine, so not in the fingerprint
@@ -109,6 +113,9 @@ class Profile:
                 if bad:
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {bad}; "
                                      f"settable per model: {', '.join(PER_MODEL_SETTINGS)}")
+                if model != "mlp" and values.get("finetune_fit_head"):
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets finetune_fit_head, "
+                                     "which applies to the MLP's output layer only; set it for mlp")
                 if model == "mlp" and values.get("lr_cosine"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}]['mlp'] sets lr_cosine, which applies "
                                      "to episodic (EUC/HYP) training only; set it for euc or hyp")
@@ -265,7 +272,7 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
 
 def parse_setting(name: str, raw: str) -> Any:
     """The value of one per-model setting (:data:`TUNABLE`) from its text: a flag, a number or none."""
-    if name in ("learn_scale", "differentiable_mean", "lr_cosine"):
+    if name in ("learn_scale", "differentiable_mean", "lr_cosine", "finetune_fit_head"):
         return raw.lower() in ("1", "true", "yes")
     if name in ("max_norm", "fixed_norm") and raw.lower() == "none":
         return None
