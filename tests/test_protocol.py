@@ -371,6 +371,28 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
     assert [r for r in again["rows"] if r["model"] == "euc" and r["n_fine"] == 5] == data["rows"]
 
 
+def test_a_new_fine_tuning_rule_keeps_the_pretrained_weights_and_a_new_lr_does_not(tiny_run, small_sent, tmp_path, counted):
+    """The MLP's cells run again under a changed fine-tuning setting (finetune_fit_head) reuse its
+    pretrained weights; a changed pretraining setting (its lr) pretrains it again."""
+    import shutil
+
+    out, results = tiny_run
+    proto, sup = counted
+    for setting, pretrained_again in (({"finetune_fit_head": True}, False), ({"lr": 0.01}, True)):
+        run_dir = tmp_path / f"run-{next(iter(setting))}"
+        shutil.copytree(out, run_dir)
+        data = json.loads((run_dir / "results.json").read_text())
+        data["rows"] = [r for r in data["rows"] if r["model"] != "mlp"]  # the MLP's cells are to be redone
+        data["pretraining"] = {s: {m: v for m, v in per.items() if m != "mlp"} for s, per in data["pretraining"].items()}
+        (run_dir / "results.json").write_text(json.dumps(data))
+        profile = dataclasses.replace(protocol.TINY, per_model={"*": {"mlp": setting}})
+        sup.calls = 0
+        again = reproduce(small_sent, profile, run_dir, models="mlp", progress=False, log=lambda m: None)
+        n_trained = sum(1 for r in again["rows"] if r["model"] == "mlp" and r["variant"] != "un-tuned")
+        assert n_trained == 4 and sup.calls == n_trained + pretrained_again
+    assert proto.calls == 0
+
+
 def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch):
     proto = Counter(protocol_run.train_prototypical, fail_after=3)
     monkeypatch.setattr(protocol_run, "train_prototypical", proto)

@@ -241,12 +241,20 @@ def cell_key(model: str, variant: str, n_fine: int, split: int) -> str:
     return f"{model}/{variant}/{n_fine}/{split}"
 
 
-def model_view(fingerprint: dict, model: str) -> dict:
+def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict:
     """A run fingerprint as one model sees it: the per-model settings of the other models left out, so
-    that tuning one model leaves the others' finished work valid."""
+    that tuning one model leaves the others' finished work valid. With `pretraining`, also without the
+    settings of the later stages (``finetune_*``, MLP-KNN's k, the test cap): what a pretrained model's
+    weights depend on, so that changing how a model is fine-tuned keeps its pretraining."""
     hp = fingerprint.get("hyperparameters")
     if not isinstance(hp, dict):
         return fingerprint
     per_model = hp.get("per_model") or {}
-    return {**fingerprint, "hyperparameters": {**hp, "per_model": per_model.get(model) if isinstance(per_model, dict) else per_model}}
+    own = per_model.get(model) if isinstance(per_model, dict) else per_model
+    if pretraining:
+        def later(key: str) -> bool:
+            return key.startswith("finetune_") or key in ("knn_k", "test_per_class")
 
+        hp = {k: v for k, v in hp.items() if not later(k)}
+        own = ({k: v for k, v in own.items() if not later(k)} or None) if isinstance(own, dict) else own
+    return {**fingerprint, "hyperparameters": {**hp, "per_model": own}}

@@ -335,7 +335,8 @@ class ProtocolRun:
         model = build_model(model_name, encoder, len(pretrain.classes), **self.plan.model_options(model_name))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
-        if info is not None and model_view(info.get("fingerprint") or {}, model_name) == model_view(self.plan.fingerprint(), model_name):
+        if info is not None and (model_view(info.get("fingerprint") or {}, model_name, pretraining=True)
+                                 == model_view(self.plan.fingerprint(), model_name, pretraining=True)):
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
             snapshot = self._snapshot(s, model_name, "pretrain")
