@@ -412,6 +412,7 @@ def test_finetune_fit_head_reaches_only_the_mlp_fine_tuning_stage():
     plan = make_plan("sent", profile)
     assert plan.train_config("finetune", 0, model="mlp").fit_head
     assert not plan.train_config("pretrain", 0, model="mlp").fit_head
+    assert not plan.train_config("scratch", 0, model="mlp").fit_head
     assert not plan.train_config("finetune", 0, model="euc").fit_head
     assert not make_plan("sent", PAPER).train_config("finetune", 0, model="mlp").fit_head
     with pytest.raises(DyntcError, match=r"per_model\['sent'\]\['euc'\] sets finetune_fit_head"):

@@ -107,8 +107,9 @@ class RunPlan:
 
     def train_config(self, stage: str, seed: int, *, model: str | None = None, n_support: int | None = None,
                      n_train: int | None = None) -> TrainConfig:
-        """The training loop's settings for `model`'s ``"pretrain"`` or ``"finetune"`` stage (fine-tuning
-        and training from scratch share them); `n_train` examples raise the MLP's few-shot epochs."""
+        """The training loop's settings for `model`'s ``"pretrain"``, ``"finetune"`` or ``"scratch"`` stage
+        (the last two share the fine-tuning settings, except the MLP's fitted head, which needs a
+        pretrained encoder); `n_train` examples raise the MLP's few-shot epochs."""
         hp = self.model_hp(model) if model else self.hp
         pre = stage == "pretrain"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
@@ -119,7 +120,7 @@ class RunPlan:
         return TrainConfig(
             lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
             lr_cosine=bool(hp["lr_cosine"]) and model in METRIC_MODELS,
-            fit_head=bool(hp["finetune_fit_head"]) and not pre and model == "mlp",
+            fit_head=bool(hp["finetune_fit_head"]) and stage == "finetune" and model == "mlp",
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],

@@ -77,9 +77,10 @@ class Profile:
     finetune_lr: float | None = None
     # EUC/HYP: every episodic stage's lr decays along a half cosine to 0 over its episode budget
     lr_cosine: bool = False
-    # MLP fine-tuning / scratch: the new output layer starts as a logistic regression fitted to the frozen
-    # encoder's features of the n_fine examples (L2 chosen on dev_new), and early stopping counts that
-    # start as epoch 0: the paper's "learn a new output layer", fitted before the network is tuned
+    # MLP fine-tuning (not scratch: no pretrained encoder): the new output layer starts as a logistic
+    # regression fitted to the frozen encoder's features of the n_fine examples (L2 chosen on dev_new),
+    # and early stopping counts that start as epoch 0: the paper's "learn a new output layer", fitted
+    # before the network is tuned (LP-FT)
     finetune_fit_head: bool = False
     finetune_eval_support_per_class: int | None = None  # EUC/HYP dev-time prototypes while fine-tuning (test: all n_fine)
     # the costly scratch variant only at the run's smallest and largest n_fine (the two ends the

@@ -385,7 +385,8 @@ class ProtocolRun:
         if model_name == "mlp":
             if variant == "fine-tuned":
                 model.replace_head(n_classes)
-            result = train_supervised(model, fine, dev_new, self._cfg("finetune", seed, n_train=len(fine), model=model_name,
+            stage = "finetune" if variant == "fine-tuned" else "scratch"  # a fitted head needs a pretrained encoder
+            result = train_supervised(model, fine, dev_new, self._cfg(stage, seed, n_train=len(fine), model=model_name,
                                                                       snapshot=self._snapshot(s, model_name, variant, n_fine)))
             logits = embed(model, model.encoder, test.items)
             pred = logits.argmax(1).cpu().numpy()
