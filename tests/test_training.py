@@ -414,7 +414,8 @@ def test_finetune_fit_head_reaches_only_the_mlp_fine_tuning_stage():
     assert not plan.train_config("pretrain", 0, model="mlp").fit_head
     assert not plan.train_config("scratch", 0, model="mlp").fit_head
     assert not plan.train_config("finetune", 0, model="euc").fit_head
-    assert not make_plan("sent", PAPER).train_config("finetune", 0, model="mlp").fit_head
+    assert not make_plan("wos", PAPER).train_config("finetune", 0, model="mlp").fit_head
+    assert all(make_plan(d, PAPER).train_config("finetune", 0, model="mlp").fit_head for d in ("sent", "news"))
     with pytest.raises(DyntcError, match=r"per_model\['sent'\]\['euc'\] sets finetune_fit_head"):
         dataclasses.replace(PAPER, per_model={"sent": {"euc": {"finetune_fit_head": True}}})
     assert "fit_head" not in snapshot_key(TrainConfig(), "supervised")  # old snapshots keep their key
