@@ -71,10 +71,9 @@ def joined_grid(old: dict, plan: RunPlan) -> dict[str, Any]:
     n_fine = sorted(old_n | set(plan.n_fine))
     models = [m for m in MODEL_VARIANTS if m in old_models | set(plan.models)]
     variants = [v for v in VARIANTS if v in old_variants | set(plan.variants)]
-    old_scratch = old.get("scratch_n_fine")
-    if old_scratch is not None:
-        old_scratch = set(old_scratch) | {r["n_fine"] for r in rows if r["variant"] == "scratch"}
-    scratch_at = (scratch(old_n, old_variants, old_scratch)
+    # the header's scratch selection as it is: a few scratch cells of an early invocation at other n_fine
+    # must not turn the run's scratch grid into "every n_fine"
+    scratch_at = (scratch(old_n, old_variants, old.get("scratch_n_fine"))
                   | scratch(plan.n_fine, plan.variants, plan.scratch_n_fine))
     scratch_n_fine = None if "scratch" not in variants or scratch_at >= set(n_fine) else sorted(scratch_at)
     return {"n_fine": n_fine, "models": models, "variants": variants, "scratch_n_fine": scratch_n_fine}
