@@ -28,17 +28,17 @@ TUNABLE = ("lr", "lr_cosine", "dropout", "logit_scale", "learn_scale", "max_norm
 # since it scores the pretraining stage only (it is chosen on dev_new: scripts/mlp_finetune_probe.py)
 PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr", "finetune_fit_head")
 MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
-# SENT's MLP fine-tunes (and trains from scratch) at Adam 1e-2 in `paper` and `quick` alike: with n_fine x 10
-# examples an epoch is one or two steps, and at 1e-3 its fresh output layer hardly leaves its initialisation
-# before early stopping. Chosen on dev_new of the paper profile (mean of 5 splits x n_fine 5/10/20) against
-# 1e-3, 3e-3 and 3e-2 (docs/results.md §8, seventh session); in `quick` it also tracks `paper` better (§3)
-SENT_MLP_FINETUNE = {"mlp": {"finetune_lr": 1e-2}}
-# The MLP's new output layer fitted before fine-tuning (finetune_fit_head, LP-FT) in `paper`, chosen on
-# dev_new (docs/results.md §8, tenth session): on NEWS the fitted layer alone beats the protocol's fresh
-# layer at n_fine 5, 10 and 20 on every one of the 5 splits (48.7 / 54.9 / 59.0 against 28.0 / 37.6 /
-# 49.8); on SENT the fitted start then fine-tuned at 1e-2 beats the fresh layer at 1e-2 at n_fine 5, 10,
-# 20 and 100 (38.5 / 40.1 / 43.6 / 57.5 against 32.2 / 36.3 / 42.4 / 55.4; 17 of the 20 split-cells)
-FITTED_HEAD = {"finetune_fit_head": True}
+# How the MLP is fine-tuned, in `paper` and `quick` alike (per_model entries; docs/results.md §8):
+# - SENT at Adam 1e-2: with n_fine x 10 examples an epoch is one or two steps, and at 1e-3 its fresh output
+#   layer hardly leaves its initialisation before early stopping. Chosen on dev_new of the paper profile
+#   (mean of 5 splits x n_fine 5/10/20) against 1e-3, 3e-3 and 3e-2 (seventh session).
+# - SENT and NEWS: the new output layer fitted before fine-tuning (finetune_fit_head, LP-FT), chosen on
+#   dev_new (tenth session). NEWS: the fitted layer alone beats the fresh one at n_fine 5, 10 and 20 on
+#   every one of the 5 splits (48.7 / 54.9 / 59.0 against 28.0 / 37.6 / 49.8). SENT: the fitted start
+#   then fine-tuned at 1e-2 beats the fresh layer at 1e-2 at n_fine 5, 10, 20 and 100 (38.5 / 40.1 /
+#   43.6 / 57.5 against 32.2 / 36.3 / 42.4 / 55.4; 17 of the 20 split-cells).
+MLP_FINETUNE = {"sent": {"mlp": {"finetune_lr": 1e-2, "finetune_fit_head": True}},
+                "news": {"mlp": {"finetune_fit_head": True}}}
 
 
 @dataclass
@@ -149,10 +149,9 @@ PAPER = Profile(
     # dev_old of split 2 against no clip, clips at 5 and 10, and a projection to norm 10. Then Adam 3e-4
     # (pretraining and fine-tuning): with 1e-3 HYP's loss rose again after 4,300 episodes and it stopped
     # at dev_old 0.620; 3e-4 passed that at 3,800 episodes, still rising (sixth session)
-    # SENT: the MLP's fine-tuning learning rate (SENT_MLP_FINETUNE). SENT and NEWS: the MLP's fitted head
-    # (FITTED_HEAD; `quick` does not have it yet)
-    per_model={"news": {"hyp": {"max_norm": 10.0, "learn_scale": True, "lr": 3e-4}, "mlp": FITTED_HEAD},
-               "sent": {"mlp": {**SENT_MLP_FINETUNE["mlp"], **FITTED_HEAD}}, "*": {}},
+    # SENT and NEWS: how the MLP is fine-tuned (MLP_FINETUNE)
+    per_model={"news": {"hyp": {"max_norm": 10.0, "learn_scale": True, "lr": 3e-4}, **MLP_FINETUNE["news"]},
+               "sent": MLP_FINETUNE["sent"], "*": {}},
     description=(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
@@ -190,14 +189,14 @@ QUICK = Profile(
     finetune_eval_support_per_class=20,
     scratch_ends_only=True,
     dev_per_class={"clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
-    # as in `paper` (SENT_MLP_FINETUNE): at 1e-3 quick's MLP was 6.6 / 8.7 points under the paper run's at
+    # as in `paper` (MLP_FINETUNE): at 1e-3 quick's SENT MLP was 6.6 / 8.7 points under the paper run's at
     # n_fine 5 / 20 and 30 under at scratch 100 (eighth session)
-    per_model={"sent": SENT_MLP_FINETUNE, "*": {}},
+    per_model={**MLP_FINETUNE, "*": {}},
     description=(
         "CPU-sized, chosen to track `paper` on SENT and NEWS (docs/results.md §3): the protocol, models and variants of "
         "`paper` with a 2-layer SRU (hidden 128), texts truncated to 32 tokens (NEWS 128, WOS 64), pretraining "
         "with Adam 3e-3 (fewer episodes than 1e-3) for <=3,000 episodes / 10 epochs with patience 5, "
-        "fine-tuning with Adam 1e-3 (SENT's MLP 1e-2, as in `paper`) for <=400 episodes (dev every 25, "
+        "fine-tuning with Adam 1e-3 (SENT's MLP 1e-2 from a fitted head, NEWS's MLP from a fitted head, as in `paper`) for <=400 episodes (dev every 25, "
         "patience 4; >=60 batches for the MLP), "
         "scratch only at the smallest and largest n_fine, dev sets capped at 30 examples per class (10 for "
         "the 64-150-class datasets), 3 splits, n_fine 5, 10, 20, 100."
