@@ -400,6 +400,10 @@ def test_fit_head_sets_the_dev_chosen_logistic_regression_and_starts_the_loop_fr
                                                                fit_head=True, progress=False))
     assert result.history[0] == {"epoch": 0, "dev_acc": acc}
     assert result.best_dev_acc >= acc and supervised_accuracy(looped, dev_sub) == result.best_dev_acc
+    two = [sub.take(np.flatnonzero(sub.labels < 2)), dev_sub.take(np.flatnonzero(dev_sub.labels < 2))]
+    two = [dataclasses.replace(e, classes=e.classes[:2]) for e in two]
+    binary = build_model("mlp", _fresh(encoder), 2)
+    assert abs(fit_head(binary, *two, seed=0) - supervised_accuracy(binary, two[1])) <= 2 / len(two[1])
     missing = sub.take(np.flatnonzero(sub.labels != 0))
     with pytest.raises(DyntcError, match="fit_head needs every one of the head's"):
         fit_head(model, missing, dev_sub, seed=0)

@@ -260,9 +260,12 @@ def fit_head(model: MLPClassifier, train: Encoded, dev: Encoded | None, seed: in
         if best is None or acc > best[0]:
             best = (acc, clf)
     acc, clf = best
-    weight = clf.coef_ / std  # the layer on the raw features
+    coef, intercept = clf.coef_, clf.intercept_
+    if coef.shape[0] == 1:  # two classes: one logit difference, split evenly into two logits
+        coef, intercept = np.vstack([-coef / 2, coef / 2]), np.concatenate([-intercept / 2, intercept / 2])
+    weight = coef / std  # the layer on the raw features
     model.head.weight.copy_(torch.as_tensor(weight, dtype=model.head.weight.dtype))
-    model.head.bias.copy_(torch.as_tensor(clf.intercept_ - weight @ mean, dtype=model.head.bias.dtype))
+    model.head.bias.copy_(torch.as_tensor(intercept - weight @ mean, dtype=model.head.bias.dtype))
     return acc
 
 
