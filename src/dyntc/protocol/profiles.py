@@ -24,8 +24,9 @@ FLAT_DEFAULT_N_FINE = (5, 10, 20, 100)  # Table 2
 # What a profile's per_model entry (and a --tune candidate) may set: the optimiser's learning rate, the
 # encoder's dropout, and the PrototypicalNetwork options (EUC/HYP only, MODEL_OPTIONS).
 TUNABLE = ("lr", "lr_cosine", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
-# A per_model entry may also set the fine-tuning learning rate (finetune_lr); --tune does not select it,
-# since it scores the pretraining stage only (it is chosen on dev_new: scripts/mlp_finetune_probe.py)
+# A per_model entry may also set how a model is fine-tuned (finetune_lr; the MLP's finetune_fit_head);
+# --tune does not select them, since it scores the pretraining stage only (they are chosen on dev_new:
+# scripts/mlp_finetune_probe.py)
 PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr", "finetune_fit_head")
 MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
 # How the MLP is fine-tuned, in `paper` and `quick` alike (per_model entries; docs/results.md §8):
