@@ -3,6 +3,10 @@
     python scripts/compare_runs.py RUN/results.json                  # vs the paper: ours ± std [paper; diff, SE]
     python scripts/compare_runs.py RUN/results.json --base OTHER/results.json
         # paired: mean over the splits both runs have of (acc_all here − acc_all in OTHER), same cell
+    python scripts/compare_runs.py RUN/results.json --versus euc --per-split
+        # paired within one run: every model's cell minus EUC's, same variant, n_fine and split
+Options: --splits 0,2,4 (only those splits), --field best_dev_acc (the early-stopping dev accuracy
+instead of the test accuracy; no paper numbers then), --per-split (each split's figure too).
 
 SE of the difference to the paper: sqrt(s_ours²/n + s_paper²/5), with the paper's std where its
 Table 2 gives one and ours in its place otherwise (Table 3 prints means only).
@@ -23,8 +27,9 @@ ROWS = [("mlp", "fine-tuned"), ("euc", "fine-tuned"), ("hyp", "fine-tuned"), ("m
         ("hyp", "un-tuned"), ("mlp", "scratch"), ("euc", "scratch"), ("hyp", "scratch")]
 
 
-def cells(results: dict) -> dict[tuple, float]:
-    return {(r["model"], r["variant"], r["n_fine"], r["split"]): 100 * r["acc_all"] for r in results["rows"]}
+def cells(results: dict, field: str = "acc_all", splits: set[int] | None = None) -> dict[tuple, float]:
+    return {(r["model"], r["variant"], r["n_fine"], r["split"]): 100 * r[field] for r in results["rows"]
+            if r.get(field) is not None and (splits is None or r["split"] in splits)}
 
 
 def paper_value(dataset: str, model: str, variant: str, n: int) -> tuple[float | None, float | None]:
@@ -38,33 +43,39 @@ def paper_value(dataset: str, model: str, variant: str, n: int) -> tuple[float |
     return None, None
 
 
-def versus_paper(results: dict) -> None:
-    ours = cells(results)
+def versus_paper(results: dict, ours: dict, per_split: bool, with_paper: bool) -> None:
     for model, variant in ROWS:
         out = []
         for n in sorted({r["n_fine"] for r in results["rows"]}):
-            v = [a for (m, var, k, _), a in ours.items() if (m, var, k) == (model, variant, n)]
+            got = sorted((k[3], a) for k, a in ours.items() if k[:3] == (model, variant, n))
+            v = [a for _, a in got]
             if not v:
                 continue
             mean, sd = float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else float("nan"))
-            pm, ps = paper_value(results["dataset"], model, variant, n)
+            pm, ps = paper_value(results["dataset"], model, variant, n) if with_paper else (None, None)
+            each = f" ({', '.join(f's{k} {a:.1f}' for k, a in got)})" if per_split else ""
             if pm is None:
-                out.append(f"{n}: {mean:.1f} ± {sd:.1f}")
+                out.append(f"{n}: {mean:.1f} ± {sd:.1f}{each}")
                 continue
             se = math.sqrt(sd ** 2 / len(v) + (ps if ps is not None else sd) ** 2 / 5)
-            out.append(f"{n}: {mean:.1f} ± {sd:.1f} [{pm}; {mean - pm:+.1f}, SE {se:.1f}]")
+            out.append(f"{n}: {mean:.1f} ± {sd:.1f} [{pm}; {mean - pm:+.1f}, SE {se:.1f}]{each}")
         if out:
             print(f"{model} {variant:10s} " + " | ".join(out))
 
 
-def paired(results: dict, base: dict) -> None:
-    ours, theirs = cells(results), cells(base)
+def paired(results: dict, ours: dict, theirs: dict, per_split: bool, versus: str | None = None) -> None:
+    """Differences ours − theirs per (model, variant, n_fine), same split; with `versus`, theirs is that
+    model's cell of the same variant, n_fine and split."""
     for model, variant in ROWS:
+        if model == versus:
+            continue
         out = []
         for n in sorted({r["n_fine"] for r in results["rows"]}):
-            d = [ours[k] - theirs[k] for k in ours if k[:3] == (model, variant, n) and k in theirs]
+            d = sorted((k[3], ours[k] - theirs[other]) for k in ours if k[:3] == (model, variant, n)
+                       and (other := (versus or k[0], *k[1:])) in theirs)
             if d:
-                out.append(f"{n}: {np.mean(d):+.1f} (n={len(d)})")
+                each = f" ({', '.join(f's{s} {x:+.1f}' for s, x in d)})" if per_split else ""
+                out.append(f"{n}: {np.mean([x for _, x in d]):+.1f} (n={len(d)}){each}")
         if out:
             print(f"{model} {variant:10s} " + " | ".join(out))
 
@@ -73,12 +84,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--base", type=Path, help="another run's results.json: paired differences instead of the paper")
+    ap.add_argument("--versus", help="a model of the same run (e.g. euc): paired differences against it")
+    ap.add_argument("--splits", help="comma-separated split indices (default: all)")
+    ap.add_argument("--field", default="acc_all", choices=("acc_all", "acc_new", "acc_old", "best_dev_acc"))
+    ap.add_argument("--per-split", action="store_true", help="print each split's figure too")
     args = ap.parse_args()
+    if args.base is not None and args.versus is not None:
+        ap.error("--base and --versus: give one of them")
+    try:
+        splits = None if args.splits is None else {int(x) for x in args.splits.split(",") if x.strip()}
+    except ValueError:
+        ap.error(f"--splits {args.splits!r}: expected comma-separated integers, e.g. 0,2,4")
     results = json.loads(args.results.read_text(encoding="utf-8"))
-    if args.base is None:
-        versus_paper(results)
+    ours = cells(results, args.field, splits)
+    if args.base is not None:
+        base = json.loads(args.base.read_text(encoding="utf-8"))
+        paired(results, ours, cells(base, args.field, splits), args.per_split)
+    elif args.versus is not None:
+        paired(results, ours, ours, args.per_split, versus=args.versus)
     else:
-        paired(results, json.loads(args.base.read_text(encoding="utf-8")))
+        versus_paper(results, ours, args.per_split, with_paper=args.field == "acc_all")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ fitted to convergence as a logistic regression on the encoder's features (dyntc.
 its L2 strength chosen on dev_new; rule "frozen encoder logreg"), and that fitted layer as the start
 of the protocol's fine-tuning (LP-FT; rule "logreg head then protocol", the profile field
 finetune_fit_head). Commit a0f83d5 has the script's first version of the last two rules, with its own
-regression; the library's loop also counts the fitted start in the patience. (A longer budget is the profile field finetune_min_steps:
-`dyntc reproduce --set finetune_min_steps=1000`.)
+regression; the library's loop also counts the fitted start in the patience. (A longer budget is the
+profile field finetune_min_steps: `dyntc reproduce --set finetune_min_steps=1000`.)
 
     DYNTC_DATA=../shared/datasets python scripts/mlp_finetune_probe.py --run runs/sent-mlp --splits 0,1
 

@@ -407,6 +407,8 @@ def test_fit_head_sets_the_dev_chosen_logistic_regression_and_starts_the_loop_fr
     missing = sub.take(np.flatnonzero(sub.labels != 0))
     with pytest.raises(DyntcError, match="fit_head needs every one of the head's"):
         fit_head(model, missing, dev_sub, seed=0)
+    with pytest.raises(DyntcError, match="call model.replace_head"):
+        fit_head(binary, sub, dev_sub, seed=0)
 
 
 def test_finetune_fit_head_reaches_only_the_mlp_fine_tuning_stage():

@@ -247,7 +247,10 @@ def fit_head(model: MLPClassifier, train: Encoded, dev: Encoded | None, seed: in
     move a fresh random layer (docs/results.md §8, "the MLP's new output layer")."""
     from sklearn.linear_model import LogisticRegression
 
-    if len(train.classes) != model.head.out_features or len(np.unique(train.labels)) != len(train.classes):
+    if len(train.classes) != model.head.out_features:
+        raise DyntcError(f"fit_head: the head has {model.head.out_features} outputs but the training set names "
+                         f"{len(train.classes)} classes; call model.replace_head(len(train.classes)) first")
+    if len(np.unique(train.labels)) != len(train.classes):
         raise DyntcError(f"fit_head needs every one of the head's {model.head.out_features} classes in the training "
                          f"set; it has {len(np.unique(train.labels))}")
     x = embed(model.encoder, model.encoder, train.items).double().cpu().numpy()
