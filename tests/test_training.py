@@ -527,3 +527,76 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
     # the finished stage's snapshot holds a result decided under floor 40: it fits that floor only
     assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical", model=probe)["done"]
     assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical", model=probe) is None
+
+
+def test_euclidean_warmup_trains_hyp_exactly_as_euc_then_switches(sent_encoded):
+    """During the warm-up a HYP model's episodes are EUC's (same encoder start and seed: identical
+    weights), after it the hyperbolic metric takes over (the weights part), and dev evaluations measure
+    with the model's own metric throughout; the MLP's loop and non-HYP profiles refuse it by name."""
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(400))
+    cfg = dict(lr=FAST_LR, max_episodes=8, eval_every=4, patience=10, eval_support_per_class=10, seed=2, progress=False)
+
+    def trained(name, warmup, episodes=8):
+        torch.manual_seed(0)
+        model = build_model(name, _fresh(encoder), len(train.classes))
+        result = train_prototypical(model, sub, None, TrainConfig(**{**cfg, "max_episodes": episodes}, euclidean_warmup=warmup))
+        return model, result
+
+    euc, _ = trained("euc", 0)
+    warm, _ = trained("hyp", 8)
+    assert warm.metric == "hyperbolic"  # restored after each episode
+    for (k, a), b in zip(euc.state_dict().items(), warm.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), k
+    plain, _ = trained("hyp", 0)
+    assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(euc.state_dict().values(), plain.state_dict().values()))
+    half, _ = trained("hyp", 4)
+    assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(euc.state_dict().values(), half.state_dict().values()))
+    # dev accuracy during the warm-up is the hyperbolic model's
+    torch.manual_seed(0)
+    model = build_model("hyp", _fresh(encoder), len(train.classes))
+    seen = []
+    real = prototypical_accuracy
+
+    def spy(m, *a, **k):
+        seen.append(m.metric)
+        return real(m, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("dyntc.training.prototypical_accuracy", spy)
+        train_prototypical(model, sub, dev.take(np.arange(100)), TrainConfig(**cfg, euclidean_warmup=8))
+    assert seen == ["hyperbolic", "hyperbolic"]
+    with pytest.raises(DyntcError, match="euclidean_warmup applies to episodic training"):
+        train_supervised(build_model("mlp", _fresh(encoder), len(train.classes)), sub, None,
+                         TrainConfig(lr=FAST_LR, max_epochs=1, euclidean_warmup=5, progress=False))
+    with pytest.raises(DyntcError, match="euclidean_warmup must be a whole number"):
+        TrainConfig(euclidean_warmup=-1)
+
+
+def test_euclidean_warmup_reaches_only_hyp_pretraining_and_keeps_other_work_valid():
+    from dyntc.protocol import PAPER, make_plan
+    from dyntc.protocol.plan import model_view
+    from dyntc.protocol.profiles import parse_setting
+
+    profile = dataclasses.replace(PAPER, per_model={"sent": {"hyp": {"euclidean_warmup": 2000}}})
+    plan = make_plan("sent", profile)
+    assert plan.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000
+    assert plan.train_config("finetune", 0, model="hyp").euclidean_warmup == 0
+    assert plan.train_config("scratch", 0, model="hyp").euclidean_warmup == 0
+    assert plan.train_config("pretrain", 0, model="euc").euclidean_warmup == 0
+    # set for the whole profile it still acts on HYP alone, and EUC's and the MLP's work stays valid
+    everyone = make_plan("sent", PAPER, settings={"euclidean_warmup": "2000"})
+    assert everyone.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000
+    assert everyone.train_config("pretrain", 0, model="mlp").euclidean_warmup == 0
+    base = make_plan("sent", PAPER).fingerprint()
+    for model in ("euc", "mlp"):
+        assert model_view(everyone.fingerprint(), model) == model_view(base, model)
+    assert model_view(everyone.fingerprint(), "hyp") != model_view(base, "hyp")
+    assert "euclidean_warmup" not in json.dumps(base)  # runs recorded before it existed still resume
+    assert "euclidean_warmup" not in snapshot_key(TrainConfig(), "prototypical")
+    for model in ("euc", "mlp"):
+        with pytest.raises(DyntcError, match=rf"per_model\['sent'\]\['{model}'\] sets euclidean_warmup"):
+            dataclasses.replace(PAPER, per_model={"sent": {model: {"euclidean_warmup": 100}}})
+    assert parse_setting("euclidean_warmup", "1500") == 1500
+    with pytest.raises(DyntcError, match="whole number of episodes"):
+        parse_setting("euclidean_warmup", "1e3")

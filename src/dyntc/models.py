@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import torch
@@ -151,6 +153,18 @@ class PrototypicalNetwork(nn.Module):
             # only when set: configurations (and snapshot keys) of models without it stay as they were
             **({"fixed_norm": self.fixed_norm} if self.fixed_norm is not None else {}),
         }
+
+    @contextmanager
+    def metric_as(self, metric: Metric) -> Iterator[None]:
+        """Within the block, measure with `metric` instead of the model's own (same encoder, same
+        parameters): HYP's Euclidean warm-up (``TrainConfig.euclidean_warmup``)."""
+        if metric not in METRICS:
+            raise DyntcError(f"metric must be one of {METRICS}, got {metric!r}")
+        own, self.metric = self.metric, metric
+        try:
+            yield
+        finally:
+            self.metric = own
 
     def scale(self) -> torch.Tensor | float:
         """The factor ``s`` of the logits ``-s d²`` (learnt or fixed)."""

@@ -12,6 +12,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,11 @@ class TrainConfig:
     # supervised loop: the (new) output layer starts as a logistic regression fitted to the frozen
     # encoder's features of the training set (fit_head), and early stopping counts it as epoch 0
     fit_head: bool = False
+    # episodic loop, hyperbolic model: the first this many episodes train the encoder with the Euclidean
+    # metric (mean prototypes, squared Euclidean distance), the rest with the model's own. From a random
+    # encoder HYP can sit at chance for thousands of episodes where EUC leaves in a few hundred; started
+    # from a trained encoder it does not (docs/results.md §8). Dev evaluations always use the model's metric
+    euclidean_warmup: int = 0
     max_episodes: int = 10_000  # prototypical (paper: 10,000)
     max_epochs: int = 100  # supervised (paper: 100)
     batch_size: int = 64  # supervised
@@ -78,6 +84,8 @@ class TrainConfig:
                 raise DyntcError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.min_steps < 0:
             raise DyntcError(f"min_steps must be >= 0, got {self.min_steps}")
+        if not (isinstance(self.euclidean_warmup, int) and self.euclidean_warmup >= 0):
+            raise DyntcError(f"euclidean_warmup must be a whole number of episodes >= 0, got {self.euclidean_warmup!r}")
         if not 0 <= self.hard_fraction <= 0.5:
             raise DyntcError(f"hard_fraction must be in [0, 0.5], got {self.hard_fraction}")
         if not self.lr > 0:
@@ -324,10 +332,11 @@ def train_prototypical(
         ep = sampler.sample()
         support = to_device(model.encoder.collate([train.items[i] for i in ep.support]), device)
         query = to_device(model.encoder.collate([train.items[i] for i in ep.query]), device)
-        loss, logits = model.episode_loss(
-            support, torch.as_tensor(ep.support_labels, device=device),
-            query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
-        )
+        with model.metric_as("euclidean") if step <= cfg.euclidean_warmup else nullcontext():
+            loss, logits = model.episode_loss(
+                support, torch.as_tensor(ep.support_labels, device=device),
+                query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
+            )
         if not torch.isfinite(loss):
             raise FloatingPointError(f"episode {step}: loss is {loss.item()} (lower the learning rate?)")
         if cfg.hard_fraction > 0:
@@ -367,6 +376,8 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
+    if cfg.euclidean_warmup:
+        raise DyntcError("euclidean_warmup applies to episodic training of the hyperbolic model only, not to the MLP")
     if cfg.lr_cosine:
         raise DyntcError("lr_cosine applies to episodic (EUC/HYP) training only, not to the MLP; "
                          "set it per model (per_model / --tune-grid hyp.lr_cosine=1)")

@@ -50,7 +50,7 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 # Profile fields added after runs were recorded, at the value that behaves as before they existed:
 # left out of the fingerprint at that value, so those runs still resume.
 _NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False,
-                                        "finetune_fit_head": False}
+                                        "finetune_fit_head": False, "euclidean_warmup": 0}
 
 
 @dataclass
@@ -121,6 +121,7 @@ class RunPlan:
             lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
             lr_cosine=bool(hp["lr_cosine"]) and model in METRIC_MODELS,
             fit_head=bool(hp["finetune_fit_head"]) and stage == "finetune" and model == "mlp",
+            euclidean_warmup=int(hp["euclidean_warmup"]) if pre and model == "hyp" else 0,
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],
@@ -244,7 +245,7 @@ def cell_key(model: str, variant: str, n_fine: int, split: int) -> str:
 
 def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict:
     """A run fingerprint as one model sees it: the per-model settings of the other models left out, so
-    that tuning one model leaves the others' finished work valid. With `pretraining`, also without the
+    that tuning one model leaves the others' finished work valid (HYP's ``euclidean_warmup`` too). With `pretraining`, also without the
     settings of the later stages (``finetune_*``, MLP-KNN's k, the test cap): what a pretrained model's
     weights depend on, so that changing how a model is fine-tuned keeps its pretraining."""
     hp = fingerprint.get("hyperparameters")
@@ -252,6 +253,8 @@ def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict
         return fingerprint
     per_model = hp.get("per_model") or {}
     own = per_model.get(model) if isinstance(per_model, dict) else per_model
+    if model != "hyp":  # a HYP-only setting, even when set for the whole profile
+        hp = {k: v for k, v in hp.items() if k != "euclidean_warmup"}
     if pretraining:
         def later(key: str) -> bool:
             return key.startswith("finetune_") or key in ("knn_k", "test_per_class")

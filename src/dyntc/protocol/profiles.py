@@ -23,7 +23,8 @@ HIERARCHICAL_DEFAULT_N_FINE = (5, 10, 20, 50, 100, 500)  # NEWS / WOS: Table 2 p
 FLAT_DEFAULT_N_FINE = (5, 10, 20, 100)  # Table 2
 # What a profile's per_model entry (and a --tune candidate) may set: the optimiser's learning rate, the
 # encoder's dropout, and the PrototypicalNetwork options (EUC/HYP only, MODEL_OPTIONS).
-TUNABLE = ("lr", "lr_cosine", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
+TUNABLE = ("lr", "lr_cosine", "euclidean_warmup", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm",
+           "differentiable_mean")
 # A per_model entry may also set how a model is fine-tuned (finetune_lr; the MLP's finetune_fit_head);
 # --tune does not select them, since it scores the pretraining stage only (they are chosen on dev_new:
 # scripts/mlp_finetune_probe.py)
@@ -84,6 +85,8 @@ class Profile:
     finetune_lr: float | None = None
     # EUC/HYP: every episodic stage's lr decays along a half cosine to 0 over its episode budget
     lr_cosine: bool = False
+    # HYP pretraining: its first this many episodes measure with the Euclidean metric (training.TrainConfig)
+    euclidean_warmup: int = 0
     # MLP fine-tuning (not scratch: no pretrained encoder): the new output layer starts as a logistic
     # regression fitted to the frozen encoder's features of the n_fine examples (L2 chosen on dev_new),
     # and early stopping counts that start as epoch 0: the paper's "learn a new output layer", fitted
@@ -124,6 +127,9 @@ class Profile:
                 if model != "mlp" and values.get("finetune_fit_head"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets finetune_fit_head, "
                                      "which applies to the MLP's output layer only; set it for mlp")
+                if model != "hyp" and values.get("euclidean_warmup"):
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets euclidean_warmup, "
+                                     "which warms up the hyperbolic model's pretraining only; set it for hyp")
                 if model == "mlp" and values.get("lr_cosine"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}]['mlp'] sets lr_cosine, which applies "
                                      "to episodic (EUC/HYP) training only; set it for euc or hyp")
@@ -286,4 +292,8 @@ def parse_setting(name: str, raw: str) -> Any:
         return raw.lower() in ("1", "true", "yes")
     if name in ("max_norm", "fixed_norm") and raw.lower() == "none":
         return None
+    if name == "euclidean_warmup":
+        if not raw.strip().isdigit():
+            raise DyntcError(f"euclidean_warmup={raw!r}: give a whole number of episodes, e.g. euclidean_warmup=2000")
+        return int(raw)
     return float(raw)

@@ -51,6 +51,8 @@ class TuningGrid:
         out.update(self.space.get(model, {}))
         if model == "mlp":  # the MLP has no prototype options
             out = {k: v for k, v in out.items() if k not in MODEL_OPTIONS}
+        if model != "hyp":  # warms up the hyperbolic metric only
+            out.pop("euclidean_warmup", None)
         for key, values in out.items():
             if key not in TUNABLE:
                 raise DyntcError(f"tuning grid: unknown setting {key!r}; choose from {', '.join(TUNABLE)}")
