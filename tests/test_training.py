@@ -20,6 +20,7 @@ from dyntc.training import (
     Encoded,
     TrainConfig,
     cosine_lr,
+    episode_lr,
     fit_head,
     prototypical_accuracy,
     prototypical_predict,
@@ -600,3 +601,62 @@ def test_euclidean_warmup_reaches_only_hyp_pretraining_and_keeps_other_work_vali
     assert parse_setting("euclidean_warmup", "1500") == 1500
     with pytest.raises(DyntcError, match="whole number of episodes"):
         parse_setting("euclidean_warmup", "1e3")
+
+
+def test_euclidean_warmup_lr_trains_the_warmup_as_euc_at_that_rate(sent_encoded):
+    """With its own rate the warm-up is EUC's training at that rate (identical weights), the episodes
+    after it run at the model's lr; the rate needs a warm-up and must be positive."""
+    encoder, train, _, _, _ = sent_encoded
+    sub = train.take(np.arange(400))
+    cfg = dict(max_episodes=6, eval_every=3, patience=10, seed=3, progress=False)
+
+    def trained(name, **kw):
+        torch.manual_seed(0)
+        model = build_model(name, _fresh(encoder), len(train.classes))
+        train_prototypical(model, sub, None, TrainConfig(**cfg, **kw))
+        return model
+
+    euc = trained("euc", lr=FAST_LR)
+    warm = trained("hyp", lr=1e-4, euclidean_warmup=6, euclidean_warmup_lr=FAST_LR)
+    for (k, a), b in zip(euc.state_dict().items(), warm.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), k
+    at_lr = trained("hyp", lr=1e-4, euclidean_warmup=6)  # the warm-up at the model's own rate differs
+    assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(euc.state_dict().values(), at_lr.state_dict().values()))
+
+    warm_cfg = TrainConfig(lr=1e-4, max_episodes=100, euclidean_warmup=10, euclidean_warmup_lr=1e-3)
+    assert episode_lr(2e-5, 10, warm_cfg) == pytest.approx(2e-4)  # a group at a fifth of lr keeps its ratio
+    assert episode_lr(2e-5, 11, warm_cfg) == 2e-5
+    cosine = dataclasses.replace(warm_cfg, lr_cosine=True)
+    assert episode_lr(1e-4, 11, cosine) == pytest.approx(cosine_lr(1e-4, 11, 100))
+    assert episode_lr(1e-4, 1, cosine) == pytest.approx(1e-3)
+    with pytest.raises(DyntcError, match="set euclidean_warmup"):
+        TrainConfig(euclidean_warmup_lr=1e-3)
+    with pytest.raises(DyntcError, match="euclidean_warmup_lr must be None"):
+        TrainConfig(euclidean_warmup=5, euclidean_warmup_lr=0.0)
+    assert "euclidean_warmup_lr" not in snapshot_key(TrainConfig(), "prototypical")
+
+
+def test_euclidean_warmup_lr_reaches_only_hyp_pretraining_with_a_warmup():
+    from dyntc.protocol import PAPER, make_plan
+    from dyntc.protocol.plan import model_view
+    from dyntc.protocol.profiles import parse_setting
+
+    hyp = {"euclidean_warmup": 2000, "euclidean_warmup_lr": 1e-3, "lr": 3e-4}
+    plan = make_plan("news", dataclasses.replace(PAPER, per_model={"news": {"hyp": hyp}}))
+    pre = plan.train_config("pretrain", 0, model="hyp")
+    assert (pre.lr, pre.euclidean_warmup, pre.euclidean_warmup_lr) == (3e-4, 2000, 1e-3)
+    assert plan.train_config("finetune", 0, model="hyp").euclidean_warmup_lr is None
+    assert plan.train_config("pretrain", 0, model="euc").euclidean_warmup_lr is None
+    # a rate without a warm-up is refused when the run is planned, before any work
+    with pytest.raises(DyntcError, match="set euclidean_warmup"):
+        make_plan("news", PAPER, settings={"euclidean_warmup_lr": "1e-3"})
+    assert make_plan("news", PAPER, models="euc", settings={"euclidean_warmup_lr": "1e-3"})  # no HYP: nothing to warm
+    both = make_plan("news", PAPER, settings={"euclidean_warmup": "100", "euclidean_warmup_lr": "1e-3"})
+    base = make_plan("news", PAPER).fingerprint()
+    assert model_view(both.fingerprint(), "euc") == model_view(base, "euc")
+    assert model_view(both.fingerprint(), "hyp") != model_view(base, "hyp")
+    assert "euclidean_warmup_lr" not in json.dumps(base)
+    with pytest.raises(DyntcError, match=r"per_model\['news'\]\['euc'\] sets euclidean_warmup_lr"):
+        dataclasses.replace(PAPER, per_model={"news": {"euc": {"euclidean_warmup_lr": 1e-3}}})
+    assert parse_setting("euclidean_warmup_lr", "1e-3") == 1e-3
+    assert parse_setting("euclidean_warmup_lr", "none") is None

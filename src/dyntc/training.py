@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.encoders.base import TextEncoder, embed, to_device
-from dyntc.errors import DyntcError
+from dyntc.errors import DyntcError, is_number
 from dyntc.models import MLPClassifier, PrototypicalNetwork, load_trainable_state
 from dyntc.stopping import (
     EarlyStopping,
@@ -48,10 +48,12 @@ class TrainConfig:
     # encoder's features of the training set (fit_head), and early stopping counts it as epoch 0
     fit_head: bool = False
     # episodic loop, hyperbolic model: the first this many episodes train the encoder with the Euclidean
-    # metric (mean prototypes, squared Euclidean distance), the rest with the model's own. From a random
-    # encoder HYP can sit at chance for thousands of episodes where EUC leaves in a few hundred; started
-    # from a trained encoder it does not (docs/results.md §8). Dev evaluations always use the model's metric
+    # metric (mean prototypes, squared Euclidean distance), at Adam's euclidean_warmup_lr (None: lr), the
+    # rest with the model's own metric at lr. From a random encoder HYP can sit at chance-level loss for
+    # thousands of episodes where EUC leaves in a few hundred (docs/results.md §8). Dev evaluations always
+    # use the model's own metric
     euclidean_warmup: int = 0
+    euclidean_warmup_lr: float | None = None
     max_episodes: int = 10_000  # prototypical (paper: 10,000)
     max_epochs: int = 100  # supervised (paper: 100)
     batch_size: int = 64  # supervised
@@ -86,6 +88,12 @@ class TrainConfig:
             raise DyntcError(f"min_steps must be >= 0, got {self.min_steps}")
         if not (isinstance(self.euclidean_warmup, int) and self.euclidean_warmup >= 0):
             raise DyntcError(f"euclidean_warmup must be a whole number of episodes >= 0, got {self.euclidean_warmup!r}")
+        if self.euclidean_warmup_lr is not None:
+            if not (is_number(self.euclidean_warmup_lr) and self.euclidean_warmup_lr > 0):
+                raise DyntcError(f"euclidean_warmup_lr must be None (the lr) or a number > 0, got {self.euclidean_warmup_lr!r}")
+            if not self.euclidean_warmup:
+                raise DyntcError("euclidean_warmup_lr is the learning rate of the Euclidean warm-up: "
+                                 "set euclidean_warmup (episodes) too, or leave it None")
         if not 0 <= self.hard_fraction <= 0.5:
             raise DyntcError(f"hard_fraction must be in [0, 0.5], got {self.hard_fraction}")
         if not self.lr > 0:
@@ -242,6 +250,14 @@ def cosine_lr(base: float, step: int, total: int) -> float:
     return base * 0.5 * (1.0 + math.cos(math.pi * (step - 1) / total))
 
 
+def episode_lr(base: float, step: int, cfg: TrainConfig) -> float:
+    """Adam's rate for episode `step` of a parameter group whose rate is `base` at ``cfg.lr``: scaled by
+    ``euclidean_warmup_lr / lr`` during the warm-up (groups keep their ratios), then the cosine decay if set."""
+    if step <= cfg.euclidean_warmup and cfg.euclidean_warmup_lr is not None:
+        base = base * cfg.euclidean_warmup_lr / cfg.lr
+    return cosine_lr(base, step, cfg.max_episodes) if cfg.lr_cosine else base
+
+
 HEAD_C = (0.001, 0.003, 0.01, 0.03, 0.1, 1.0, 10.0)  # fit_head's inverse L2 strengths, one chosen on dev
 
 
@@ -343,9 +359,9 @@ def train_prototypical(
             sampler.record(ep, logits.detach().softmax(1).cpu().numpy())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if cfg.lr_cosine:
+        if cfg.lr_cosine or cfg.euclidean_warmup_lr is not None:
             for group, base in zip(optimizer.param_groups, base_lrs):
-                group["lr"] = cosine_lr(base, step, cfg.max_episodes)
+                group["lr"] = episode_lr(base, step, cfg)
         optimizer.step()
         running.append(loss.item())
         if cfg.on_work is not None:
@@ -376,7 +392,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
-    if cfg.euclidean_warmup:
+    if cfg.euclidean_warmup or cfg.euclidean_warmup_lr is not None:
         raise DyntcError("euclidean_warmup applies to episodic training of the hyperbolic model only, not to the MLP")
     if cfg.lr_cosine:
         raise DyntcError("lr_cosine applies to episodic (EUC/HYP) training only, not to the MLP; "

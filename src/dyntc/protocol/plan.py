@@ -14,6 +14,7 @@ from dyntc.errors import DyntcError
 from dyntc.protocol.profiles import (
     ALL_MODELS,
     DEFAULT_MODELS,
+    HYP_ONLY,
     METRIC_MODELS,
     MODEL_OPTIONS,
     MODEL_VARIANTS,
@@ -50,7 +51,8 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 # Profile fields added after runs were recorded, at the value that behaves as before they existed:
 # left out of the fingerprint at that value, so those runs still resume.
 _NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False,
-                                        "finetune_fit_head": False, "euclidean_warmup": 0}
+                                        "finetune_fit_head": False, "euclidean_warmup": 0,
+                                        "euclidean_warmup_lr": None}
 
 
 @dataclass
@@ -112,6 +114,7 @@ class RunPlan:
         pretrained encoder); `n_train` examples raise the MLP's few-shot epochs."""
         hp = self.model_hp(model) if model else self.hp
         pre = stage == "pretrain"
+        hyp_pre = pre and model == "hyp"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
             batches = math.ceil(n_train / hp["batch_size"])
@@ -121,7 +124,8 @@ class RunPlan:
             lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
             lr_cosine=bool(hp["lr_cosine"]) and model in METRIC_MODELS,
             fit_head=bool(hp["finetune_fit_head"]) and stage == "finetune" and model == "mlp",
-            euclidean_warmup=int(hp["euclidean_warmup"]) if pre and model == "hyp" else 0,
+            euclidean_warmup=int(hp["euclidean_warmup"]) if hyp_pre else 0,
+            euclidean_warmup_lr=hp["euclidean_warmup_lr"] if hyp_pre else None,
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],
@@ -230,8 +234,11 @@ def make_plan(
                              "('word v1 ... vd' per line, e.g. from dyntc export-glove), or omit it for the packaged glove.6B.50d")
         embeddings = str(Path(embeddings).resolve())
     hp["splits"], hp["n_fine"] = n_splits, list(fine)
-    return RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
+    plan = RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
                    scratch, chosen_splits, embeddings)
+    if "hyp" in chosen_models:  # HYP's own pretraining settings (the warm-up's) checked before any work
+        plan.train_config("pretrain", 0, model="hyp")
+    return plan
 
 
 def derive_seed(*parts: Any) -> int:
@@ -245,7 +252,8 @@ def cell_key(model: str, variant: str, n_fine: int, split: int) -> str:
 
 def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict:
     """A run fingerprint as one model sees it: the per-model settings of the other models left out, so
-    that tuning one model leaves the others' finished work valid (HYP's ``euclidean_warmup`` too). With `pretraining`, also without the
+    that tuning one model leaves the others' finished work valid (also :data:`HYP_ONLY` settings made for
+    the whole profile). With `pretraining`, also without the
     settings of the later stages (``finetune_*``, MLP-KNN's k, the test cap): what a pretrained model's
     weights depend on, so that changing how a model is fine-tuned keeps its pretraining."""
     hp = fingerprint.get("hyperparameters")
@@ -253,8 +261,8 @@ def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict
         return fingerprint
     per_model = hp.get("per_model") or {}
     own = per_model.get(model) if isinstance(per_model, dict) else per_model
-    if model != "hyp":  # a HYP-only setting, even when set for the whole profile
-        hp = {k: v for k, v in hp.items() if k != "euclidean_warmup"}
+    if model != "hyp":
+        hp = {k: v for k, v in hp.items() if k not in HYP_ONLY}
     if pretraining:
         def later(key: str) -> bool:
             return key.startswith("finetune_") or key in ("knn_k", "test_per_class")

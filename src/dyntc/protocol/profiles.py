@@ -23,8 +23,10 @@ HIERARCHICAL_DEFAULT_N_FINE = (5, 10, 20, 50, 100, 500)  # NEWS / WOS: Table 2 p
 FLAT_DEFAULT_N_FINE = (5, 10, 20, 100)  # Table 2
 # What a profile's per_model entry (and a --tune candidate) may set: the optimiser's learning rate, the
 # encoder's dropout, and the PrototypicalNetwork options (EUC/HYP only, MODEL_OPTIONS).
-TUNABLE = ("lr", "lr_cosine", "euclidean_warmup", "dropout", "logit_scale", "learn_scale", "max_norm", "fixed_norm",
-           "differentiable_mean")
+TUNABLE = ("lr", "lr_cosine", "euclidean_warmup", "euclidean_warmup_lr", "dropout", "logit_scale", "learn_scale",
+           "max_norm", "fixed_norm", "differentiable_mean")
+# settings of HYP's pretraining alone: other models ignore them even when set for the whole profile
+HYP_ONLY = ("euclidean_warmup", "euclidean_warmup_lr")
 # A per_model entry may also set how a model is fine-tuned (finetune_lr; the MLP's finetune_fit_head);
 # --tune does not select them, since it scores the pretraining stage only (they are chosen on dev_new:
 # scripts/mlp_finetune_probe.py)
@@ -85,8 +87,10 @@ class Profile:
     finetune_lr: float | None = None
     # EUC/HYP: every episodic stage's lr decays along a half cosine to 0 over its episode budget
     lr_cosine: bool = False
-    # HYP pretraining: its first this many episodes measure with the Euclidean metric (training.TrainConfig)
+    # HYP pretraining: its first this many episodes measure with the Euclidean metric, at Adam's
+    # euclidean_warmup_lr (None: the model's lr) (training.TrainConfig)
     euclidean_warmup: int = 0
+    euclidean_warmup_lr: float | None = None
     # MLP fine-tuning (not scratch: no pretrained encoder): the new output layer starts as a logistic
     # regression fitted to the frozen encoder's features of the n_fine examples (L2 chosen on dev_new),
     # and early stopping counts that start as epoch 0: the paper's "learn a new output layer", fitted
@@ -127,9 +131,10 @@ class Profile:
                 if model != "mlp" and values.get("finetune_fit_head"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets finetune_fit_head, "
                                      "which applies to the MLP's output layer only; set it for mlp")
-                if model != "hyp" and values.get("euclidean_warmup"):
-                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets euclidean_warmup, "
-                                     "which warms up the hyperbolic model's pretraining only; set it for hyp")
+                for key in HYP_ONLY:
+                    if model != "hyp" and values.get(key):
+                        raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {key}, "
+                                         "which warms up the hyperbolic model's pretraining only; set it for hyp")
                 if model == "mlp" and values.get("lr_cosine"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}]['mlp'] sets lr_cosine, which applies "
                                      "to episodic (EUC/HYP) training only; set it for euc or hyp")
@@ -290,7 +295,7 @@ def parse_setting(name: str, raw: str) -> Any:
     """The value of one per-model setting (:data:`TUNABLE`) from its text: a flag, a number or none."""
     if name in ("learn_scale", "differentiable_mean", "lr_cosine", "finetune_fit_head"):
         return raw.lower() in ("1", "true", "yes")
-    if name in ("max_norm", "fixed_norm") and raw.lower() == "none":
+    if name in ("max_norm", "fixed_norm", "euclidean_warmup_lr") and raw.lower() == "none":
         return None
     if name == "euclidean_warmup":
         if not raw.strip().isdigit():

@@ -30,7 +30,7 @@ from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_number
 from dyntc.files import write_json
 from dyntc.protocol.plan import RunPlan
-from dyntc.protocol.profiles import MODEL_OPTIONS, TUNABLE, parse_setting
+from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, parse_setting
 from dyntc.protocol.run import ProtocolRun
 from dyntc.training import check_out_dir
 
@@ -51,8 +51,8 @@ class TuningGrid:
         out.update(self.space.get(model, {}))
         if model == "mlp":  # the MLP has no prototype options
             out = {k: v for k, v in out.items() if k not in MODEL_OPTIONS}
-        if model != "hyp":  # warms up the hyperbolic metric only
-            out.pop("euclidean_warmup", None)
+        if model != "hyp":
+            out = {k: v for k, v in out.items() if k not in HYP_ONLY}
         for key, values in out.items():
             if key not in TUNABLE:
                 raise DyntcError(f"tuning grid: unknown setting {key!r}; choose from {', '.join(TUNABLE)}")
