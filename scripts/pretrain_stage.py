@@ -9,12 +9,15 @@ the model's own settings as `--tune` does), except
 that by default nothing stops it early (``pretrain_min_episodes`` at the episode budget), so the
 whole dev_old trajectory is seen. The stage keeps its snapshot in OUT/checkpoints/ and resumes from
 it when rerun, and its snapshot fits the real run's stage with the same settings (copy it into the
-run's checkpoints/splitK/ to go on there). Prints the dev_old history at the end.
+run's checkpoints/splitK/ to go on there). Prints the dev_old history at the end; `--show` prints
+the history a stopped stage's snapshot holds, without training (or, for a run directory, the
+finished stage's history in its results.json: `--show docs/runs/news-sru-paper --split 1`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split", type=int, default=2)
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--init", type=Path, help="safetensors file whose encoder.* tensors start the model")
+    ap.add_argument("--show", action="store_true", help="print the history of OUT's snapshot of the stage and stop")
     args = ap.parse_args(argv)
+    if args.show:
+        return _show(args.out, args.split, args.model)
     torch.set_num_threads(1)
     settings = dict(item.split("=", 1) for item in args.settings)
     profile = get_profile(args.profile)
@@ -55,10 +61,28 @@ def main(argv: list[str] | None = None) -> None:
         _warm_start_from(args.init)
     d = run._data(args.split)
     run._pretrained(args.split, d.seed, args.model, d.enc0, d.pretrain, d.dev_old)
-    info = run.results["pretraining"][str(args.split)][args.model]
-    for record in info["history"]:
+    _print_history(run.results["pretraining"][str(args.split)][args.model]["history"])
+
+
+def _print_history(history: list[dict]) -> None:
+    for record in history:
         if "dev_acc" in record:
             print(f"{record.get('step', record.get('epoch'))}\tdev_old {record['dev_acc']:.3f}\tloss {record['loss']:.3f}")
+
+
+def _show(out: Path, split: int, model: str) -> None:
+    snapshot = out / "checkpoints" / f"split{split}" / f"{model}-pretrain.partial.pt"
+    if snapshot.is_file():
+        state = torch.load(snapshot, map_location="cpu", weights_only=False)
+        print(f"{snapshot}: stopped after episode {state['step']}")
+        return _print_history(state["history"])
+    results = out / "results.json"
+    info = json.loads(results.read_text()).get("pretraining", {}).get(str(split), {}).get(model) if results.is_file() else None
+    if info is None:
+        raise SystemExit(f"--show: neither a snapshot at {snapshot} nor split {split}'s {model} pretraining in "
+                         f"{results} (give the OUT, --split and --model of the stage)")
+    print(f"{results}: split {split}, {model}, {info['steps']} steps, {info.get('machine', '')}")
+    _print_history(info["history"])
 
 
 def _warm_start_from(path: Path) -> None:
