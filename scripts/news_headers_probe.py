@@ -14,36 +14,22 @@ logistic regression, and scores the bydate test set over all 20 newsgroups. Text
 - ``all headers``: the message as stored (bydate already dropped Path, Newsgroups, Xref, Date, ...);
 - ``... first 200 tokens``: each form cut to the paper profile's ``max_len`` with dyntc's tokenizer.
 
-It reads the tarball itself (the same files and order as dyntc's loader) and prints one table.
+It reads the tarball with dyntc's own reader (same files, order and checks) and prints one table.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import tarfile
-from pathlib import Path
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
-from dyntc.data.datasets import news_message_text
+from dyntc.data.datasets import data_root, news_message_text, read_news_messages
+from dyntc.errors import DyntcError
+from dyntc.protocol.plan import parse_int_list
 from dyntc.text import tokenize
-
-
-def read_messages(tarball: Path) -> dict[str, tuple[list[str], list[str]]]:
-    parts: dict[str, tuple[list[str], list[str]]] = {"train": ([], []), "test": ([], [])}
-    with tarfile.open(tarball, "r:gz") as tf:
-        for member in tf:
-            bits = member.name.strip("./").split("/")
-            if not member.isfile() or len(bits) != 3:
-                continue
-            texts, labels = parts[bits[0].rsplit("-", 1)[1]]
-            texts.append(tf.extractfile(member).read().decode("latin-1"))
-            labels.append(bits[1])
-    return parts
 
 
 def first_tokens(text: str, n: int) -> str:
@@ -63,21 +49,26 @@ def scores(train_texts, train_y, test_texts, test_y) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data-dir", type=Path, default=Path(os.environ.get("DYNTC_DATA", "~/.cache/dyntc")).expanduser())
+    ap.add_argument("--data-dir", help="datasets directory (default: $DYNTC_DATA, else ~/.cache/dyntc)")
     ap.add_argument("--n-fine", default="5,10,20,50,100,500")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--max-len", type=int, default=200)
     args = ap.parse_args(argv)
-    parts = read_messages(args.data_dir / "20newsgroups" / "20news-bydate.tar.gz")
+    try:
+        n_fines = list(parse_int_list(args.n_fine, "--n-fine") or ())
+        if not n_fines or min(n_fines) < 1 or args.seeds < 1 or args.max_len < 1:
+            raise DyntcError("--n-fine needs whole numbers >= 1, and --seeds and --max-len must be >= 1")
+        raw = read_news_messages(data_root(args.data_dir), text=lambda message: message)
+    except DyntcError as exc:
+        raise SystemExit(f"error: {exc}") from None
     forms = {
         "subject+body": news_message_text,
         "all headers": lambda raw: raw,
         f"subject+body, first {args.max_len} tokens": lambda raw: first_tokens(news_message_text(raw), args.max_len),
         f"all headers, first {args.max_len} tokens": lambda raw: first_tokens(raw, args.max_len),
     }
-    train_y, test_y = np.array(parts["train"][1]), np.array(parts["test"][1])
-    texts = {name: ([f(t) for t in parts["train"][0]], [f(t) for t in parts["test"][0]]) for name, f in forms.items()}
-    n_fines = [int(n) for n in args.n_fine.split(",")]
+    train_y, test_y = np.array(raw["train"][1]), np.array(raw["test"][1])
+    texts = {name: ([f(t) for t in raw["train"][0]], [f(t) for t in raw["test"][0]]) for name, f in forms.items()}
     table = {name: {n: [] for n in n_fines} for name in forms}
     for seed in range(args.seeds):
         rng = np.random.default_rng(seed)

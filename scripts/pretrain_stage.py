@@ -37,7 +37,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="hyp", choices=["euc", "hyp", "mlp"])
     ap.add_argument("--split", type=int, default=2)
     ap.add_argument("--profile", default="paper")
-    ap.add_argument("--init", type=Path, help="safetensors file whose encoder.* tensors start the model")
     ap.add_argument("--show", action="store_true", help="print the history of OUT's snapshot of the stage and stop")
     args = ap.parse_args(argv)
     if args.show:
@@ -57,8 +56,6 @@ def main(argv: list[str] | None = None) -> None:
                      n_fine="5", settings=settings)
     data = load(plan.dataset, None, seed=plan.seed)
     run = ProtocolRun(data, plan, args.out, progress=False, log=lambda m: print(m, flush=True))
-    if args.init is not None:
-        _warm_start_from(args.init)
     d = run._data(args.split)
     run._pretrained(args.split, d.seed, args.model, d.enc0, d.pretrain, d.dev_old)
     _print_history(run.results["pretraining"][str(args.split)][args.model]["history"])
@@ -83,30 +80,6 @@ def _show(out: Path, split: int, model: str) -> None:
                          f"{results} (give the OUT, --split and --model of the stage)")
     print(f"{results}: split {split}, {model}, {info['steps']} steps, {info.get('machine', '')}")
     _print_history(info["history"])
-
-
-def _warm_start_from(path: Path) -> None:
-    """Make the run's model builder load `path`'s encoder tensors into every model it builds."""
-    from safetensors.torch import load_file
-
-    import dyntc.protocol.run as run_module
-
-    encoder_state = {k: v for k, v in load_file(str(path)).items() if k.startswith("encoder.")}
-    if not encoder_state:
-        raise SystemExit(f"--init {path}: no encoder.* tensors in it")
-    build = run_module.build_model
-
-    def build_warm(*args, **kwargs):
-        model = build(*args, **kwargs)
-        state = model.state_dict()
-        bad = sorted(k for k in encoder_state if k not in state or state[k].shape != encoder_state[k].shape)
-        if bad:
-            raise SystemExit(f"--init {path}: tensors that do not fit the model: {bad[:5]}")
-        model.load_state_dict(encoder_state, strict=False)
-        print(f"encoder started from {path} ({len(encoder_state)} tensors)", flush=True)
-        return model
-
-    run_module.build_model = build_warm
 
 
 if __name__ == "__main__":

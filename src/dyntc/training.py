@@ -392,7 +392,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = torch.device(cfg.device)
-    if cfg.euclidean_warmup or cfg.euclidean_warmup_lr is not None:
+    if cfg.euclidean_warmup:  # (a warm-up rate alone is refused by TrainConfig)
         raise DyntcError("euclidean_warmup applies to episodic training of the hyperbolic model only, not to the MLP")
     if cfg.lr_cosine:
         raise DyntcError("lr_cosine applies to episodic (EUC/HYP) training only, not to the MLP; "

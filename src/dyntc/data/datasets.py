@@ -428,10 +428,16 @@ def news_message_text(raw: str) -> str:
     return f"{subject_text}\n\n{body.strip()}".strip()
 
 
-def _load_news(root: Path, seed: int, verify: bool) -> Dataset:
+def read_news_messages(root: Path, verify: bool = True,
+                       text: Callable[[str], str] = news_message_text) -> dict[str, tuple[list[str], list[str]]]:
+    """The bydate tarball under `root` as ``{"train"|"test": (texts, newsgroups)}``, checked (file, counts,
+    folders); each stored message becomes ``text(raw)`` (default: Subject and body; ``lambda raw: raw``
+    keeps it whole)."""
+    return _read_news_tarball(_require(root, NEWS_SPEC, verify)["20news-bydate.tar.gz"][0], text)
+
+
+def _read_news_tarball(path: Path, text: Callable[[str], str]) -> dict[str, tuple[list[str], list[str]]]:
     spec = NEWS_SPEC
-    files = _require(root, spec, verify)
-    path = files["20news-bydate.tar.gz"][0]
     parts: dict[str, tuple[list[str], list[str]]] = {"train": ([], []), "test": ([], [])}
     try:
         with tarfile.open(path, "r:gz") as tf:
@@ -442,7 +448,7 @@ def _load_news(root: Path, seed: int, verify: bool) -> Dataset:
                 if len(bits) != 3 or bits[0] not in ("20news-bydate-train", "20news-bydate-test"):
                     continue
                 texts, labels = parts[bits[0].rsplit("-", 1)[1]]
-                texts.append(news_message_text(tf.extractfile(member).read().decode("latin-1")))
+                texts.append(text(tf.extractfile(member).read().decode("latin-1")))
                 labels.append(bits[1])
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise DyntcError(f"dataset 'news': cannot read {path} as a gzip-compressed tar archive ({exc}); "
@@ -454,6 +460,14 @@ def _load_news(root: Path, seed: int, verify: bool) -> Dataset:
     unknown = sorted(set(parts["train"][1] + parts["test"][1]) - set(NEWS_TREE))
     if unknown:
         raise _count_error(spec, path, "newsgroup folders from the 20 of 20 Newsgroups", sorted(NEWS_TREE), unknown)
+    return parts
+
+
+def _load_news(root: Path, seed: int, verify: bool) -> Dataset:
+    spec = NEWS_SPEC
+    files = _require(root, spec, verify)
+    path = files["20news-bydate.tar.gz"][0]
+    parts = _read_news_tarball(path, news_message_text)
     full_train, dropped_train = _clean(*parts["train"])
     test, dropped_test = _clean(*parts["test"])
     tr_idx, dev_idx = stratified_split(full_train.labels, (0.8, 0.2), seed)
