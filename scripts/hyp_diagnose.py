@@ -27,7 +27,6 @@ from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.diagnostics import geometry_stats, pretraining_monitor
-from dyntc.models import build_model
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan
 from dyntc.training import machine_description, train_prototypical
 
@@ -80,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
         hp = run.hp
         split_seed = args.seed + args.split
         split = make_split(data, split_seed, hp["p"])
-        enc0 = run._fresh_encoder(split_seed)
-        feats = run._features(enc0)
+        enc0 = run.encoders.fresh(split_seed)
+        feats = run.encoders.features(enc0)
         old, new = split.old_labels, split.new_labels
         pretrain = feats.encoded("train", split.pretrain_idx, split.pretrain.labels, old)
         dev_old_full = feats.encoded("dev", split.dev_old_idx, split.dev_old.labels, old)
@@ -92,9 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         new_ids = [new.index(c) for c in split.new_classes]
 
         # the protocol's own helpers (and order of seeding), so that the model, encoder and config are the run's
-        encoder = run._encoder_for(args.model, enc0, split_seed)
-        torch.manual_seed(derive_seed(plan.seed, split_seed, args.model, "init"))
-        model = build_model(args.model, encoder, len(old), **plan.model_options(args.model))
+        model = run.new_model(args.model, enc0, split_seed, len(old))
         cfg = run._cfg("pretrain", derive_seed(plan.seed, split_seed, args.model, "pretrain"), model=args.model)
         cfg.progress = False
         init_scale = episode_scale(copy.deepcopy(model), pretrain, cfg, seed=1)

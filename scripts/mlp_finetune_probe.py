@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with read_only_run(args.run, plan, data, log=lambda m: print(m, file=sys.stderr)) as run:
         for s in splits:
-            d = run._data(s)
-            pretrained = run._pretrained(s, d.seed, "mlp", d.enc0, d.pretrain, d.dev_old)
+            d = run.split_data(s)
+            pretrained = run.pretrained(s, "mlp")
             for n in n_fine:
                 idx, _ = d.split.finetune_indices(n)
                 fine = d.pool.take(idx)

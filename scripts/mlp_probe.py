@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with read_only_run(args.run, plan, data, log=lambda m: print(m, file=sys.stderr)) as run:
         for s in splits:
-            d = run._data(s)
-            mlp = run._pretrained(s, d.seed, "mlp", d.enc0, d.pretrain, d.dev_old)
-            euc = run._pretrained(s, d.seed, "euc", d.enc0, d.pretrain, d.dev_old)
+            d = run.split_data(s)
+            mlp = run.pretrained(s, "mlp")
+            euc = run.pretrained(s, "euc")
             mlp_test = embed(mlp.encoder, mlp.encoder, d.test.items).float()
             euc_test = embed_points(euc, d.test.items).float()
             y = d.test.labels

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -25,8 +26,10 @@ from pathlib import Path
 import torch
 
 from dyntc.data.datasets import load
+from dyntc.data.dynamic import make_split
 from dyntc.protocol import ProtocolRun, get_profile, make_plan
 from dyntc.protocol.profiles import TUNABLE, parse_setting
+from dyntc.stopping import Patience, is_held
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--show", action="store_true", help="print the history of OUT's snapshot of the stage and stop")
     args = ap.parse_args(argv)
     if args.show:
-        return _show(args.out, args.split, args.model)
+        return _show(args.out, args.split, args.model, args.dataset, args.profile)
     torch.set_num_threads(1)
     settings = dict(item.split("=", 1) for item in args.settings)
     profile = get_profile(args.profile)
@@ -56,8 +59,7 @@ def main(argv: list[str] | None = None) -> None:
                      n_fine="5", settings=settings)
     data = load(plan.dataset, None, seed=plan.seed)
     run = ProtocolRun(data, plan, args.out, progress=False, log=lambda m: print(m, flush=True))
-    d = run._data(args.split)
-    run._pretrained(args.split, d.seed, args.model, d.enc0, d.pretrain, d.dev_old)
+    run.pretrained(args.split, args.model)
     _print_history(run.results["pretraining"][str(args.split)][args.model]["history"])
 
 
@@ -67,19 +69,44 @@ def _print_history(history: list[dict]) -> None:
             print(f"{record.get('step', record.get('epoch'))}\tdev_old {record['dev_acc']:.3f}\tloss {record['loss']:.3f}")
 
 
-def _show(out: Path, split: int, model: str) -> None:
+def _show(out: Path, split: int, model: str, dataset: str, profile: str) -> None:
     snapshot = out / "checkpoints" / f"split{split}" / f"{model}-pretrain.partial.pt"
     if snapshot.is_file():
         state = torch.load(snapshot, map_location="cpu", weights_only=False)
-        print(f"{snapshot}: stopped after episode {state['step']}")
-        return _print_history(state["history"])
-    results = out / "results.json"
-    info = json.loads(results.read_text()).get("pretraining", {}).get(str(split), {}).get(model) if results.is_file() else None
-    if info is None:
-        raise SystemExit(f"--show: neither a snapshot at {snapshot} nor split {split}'s {model} pretraining in "
-                         f"{results} (give the OUT, --split and --model of the stage)")
-    print(f"{results}: split {split}, {model}, {info['steps']} steps, {info.get('machine', '')}")
-    _print_history(info["history"])
+        history = state["history"] if "history" in state else state["result"]["history"]
+        print(f"{snapshot}: {'finished' if state.get('done') else 'stopped'} after episode "
+              f"{state.get('step') or state['result']['steps']}")
+    else:
+        results = out / "results.json"
+        info = json.loads(results.read_text()).get("pretraining", {}).get(str(split), {}).get(model) if results.is_file() else None
+        if info is None:
+            raise SystemExit(f"--show: neither a snapshot at {snapshot} nor split {split}'s {model} pretraining in "
+                             f"{results} (give the OUT, --split and --model of the stage)")
+        print(f"{results}: split {split}, {model}, {info['steps']} steps, {info.get('machine', '')}")
+        history = info["history"]
+    _print_history(history)
+    if model != "mlp":
+        _print_rule_outcome(history, dataset, profile, model, split)
+
+
+def _print_rule_outcome(history: list[dict], dataset: str, profile: str, model: str, split: int) -> None:
+    """Where `profile`'s own early stopping would have ended this stage, and its best dev_old by then:
+    what the real run's stage would have kept (a selection run trains on to the budget)."""
+    plan = make_plan(dataset, profile, splits=split + 1, models=model, variants="un-tuned", n_fine="5")
+    cfg = plan.train_config("pretrain", 0, model=model)
+    split_data = make_split(load(plan.dataset, None, seed=plan.seed), plan.seed + split, plan.hp["p"])
+    chance = math.log(min(len(split_data.old_labels), cfg.max_classes))
+    rule, best_step, stop = Patience(cfg.patience), None, None
+    for record in (r for r in history if "dev_acc" in r):
+        step = record["step"]
+        improved, stops = rule.update(record["dev_acc"], is_held(cfg, step, record.get("loss"), chance))
+        best_step = step if improved else best_step
+        if stops:
+            stop = step
+            break
+    where = f"stops after episode {stop}" if stop is not None else "does not stop it"
+    print(f"{profile} profile's stopping rule (floor {cfg.min_steps}, patience {cfg.patience} evaluations, "
+          f"held at chance {cfg.hold_at_chance}): {where}; best dev_old {rule.best:.3f} at episode {best_step}")
 
 
 if __name__ == "__main__":

@@ -340,8 +340,7 @@ def test_read_only_run_loads_the_runs_weights_and_writes_nothing(tiny_run, small
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     plan = make_plan("sent", "tiny", models="euc", variants="un-tuned")
     with read_only_run(out, plan, small_sent) as run:
-        d = run._data(0)
-        model = run._pretrained(0, d.seed, "euc", d.enc0, d.pretrain, d.dev_old)
+        model = run.pretrained(0, "euc")
     proto, sup = counted
     assert proto.calls == 0 and sup.calls == 0 and model is not None  # loaded, not pretrained again
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before

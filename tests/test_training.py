@@ -490,7 +490,7 @@ def test_unreadable_snapshot_warns_and_trains_afresh(tmp_path, sent_encoded):
 def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, sent_encoded):
     """A stage interrupted under min_steps=20 resumes under min_steps=40 (a slow start that outlasts
     the floor) and ends exactly as an uninterrupted loop with floor 40; a lower floor fits unless the
-    saved scores would have stopped the loop under it; a finished stage's snapshot fits its own rule only."""
+    saved scores would have stopped the loop under it."""
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))
     cfg = dict(lr=FAST_LR, max_episodes=60, eval_every=10, patience=1, eval_support_per_class=20, seed=2, progress=False)
@@ -525,9 +525,51 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
     resumed = train_prototypical(resumed_model, sub, dev, TrainConfig(**cfg, min_steps=40, snapshot=snapshot))
     assert resumed.history == expected.history and resumed.steps == expected.steps
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), resumed_model.state_dict().values()))
-    # the finished stage's snapshot holds a result decided under floor 40: it fits that floor only
+    # the finished stage's snapshot holds a result decided under floor 40: it fits that floor, and
+    # floor 50 only because it ran to its budget (see the next test)
     assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical", model=probe)["done"]
-    assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical", model=probe) is None
+    assert expected.steps == 60 and not expected.stopped_early
+    assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical", model=probe)["done"]
+
+
+def test_a_stage_run_to_its_budget_fits_any_rule_that_would_not_have_stopped_it(tmp_path, sent_encoded):
+    """A selection run without early stopping (floor = budget) ends as the real run's stage would when
+    that stage's rule, replayed on the dev scores, does not stop before the budget: its finished snapshot
+    then serves that rule too (and gives the same result at once); a rule that would have stopped sooner,
+    or a stage that stopped early, does not fit."""
+    encoder, train, dev, _, _ = sent_encoded
+    sub = train.take(np.arange(600))
+    cfg = dict(lr=FAST_LR, max_episodes=30, eval_every=10, eval_support_per_class=20, seed=2, progress=False)
+    snapshot = tmp_path / "stage.pt"
+    torch.manual_seed(0)
+    model = build_model("euc", _fresh(encoder), len(train.classes))
+    result = train_prototypical(model, sub, dev, TrainConfig(**cfg, patience=1, min_steps=30, snapshot=snapshot))
+    assert result.steps == 30 and not result.stopped_early
+    saved = torch.load(snapshot, weights_only=True)
+    def history(*scores):
+        return [{"step": 10 * (i + 1), "dev_acc": acc, "loss": 1.0} for i, acc in enumerate(scores)]
+
+    declining = tmp_path / "declining.pt"
+    torch.save({**saved, "result": {**saved["result"], "history": history(0.5, 0.4, 0.3)}}, declining)
+    rising = tmp_path / "rising.pt"
+    torch.save({**saved, "result": {**saved["result"], "history": history(0.3, 0.4, 0.5)}}, rising)
+    early = tmp_path / "early.pt"
+    torch.save({**saved, "result": {**saved["result"], "history": history(0.3, 0.4, 0.5), "stopped_early": True}}, early)
+
+    def fits(path, **rule):
+        return load_snapshot(TrainConfig(**cfg, **rule, snapshot=path), "prototypical", model=model) is not None
+
+    assert fits(rising, patience=1, min_steps=0)  # a rule that never stops on rising scores
+    assert fits(declining, patience=2, min_steps=0)  # stops only at the last evaluation: the budget anyway
+    assert not fits(declining, patience=1, min_steps=0)  # would have stopped at step 20
+    assert fits(declining, patience=1, min_steps=25)  # its floor holds step 20
+    assert not fits(early, patience=1, min_steps=0)
+    # what the fitted snapshot gives: the saved result at once, its weights loaded
+    torch.manual_seed(0)
+    again = build_model("euc", _fresh(encoder), len(train.classes))
+    replayed = train_prototypical(again, sub, dev, TrainConfig(**cfg, patience=10, min_steps=0, snapshot=snapshot))
+    assert replayed.history == result.history and replayed.steps == 30
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
 
 
 def test_euclidean_warmup_trains_hyp_exactly_as_euc_then_switches(sent_encoded):

@@ -19,7 +19,9 @@ model's configuration), without the stopping rule
 (:data:`STOPPING_FIELDS`): the stopping state is replayed from the saved dev scores and losses under
 the current rule, and an unfinished snapshot fits when that rule would not have stopped it before
 the saved step. So a stage whose slow start outlasts its floor can get a higher one (or the chance
-hold) without losing its work. A finished snapshot fits only the rule it stopped under.
+hold) without losing its work. A finished snapshot fits the rule it stopped under and, when it ran
+to its budget, any rule that would not have stopped it sooner (it would have ended the same: at the
+budget, with the same best weights restored).
 """
 
 from __future__ import annotations
@@ -102,6 +104,17 @@ def replay(history: list[dict], cfg: Any, chance: float | None) -> Patience | No
     return rule
 
 
+def _ends_alike(result: dict, cfg: Any, kind: str, chance: float | None) -> bool:
+    """Whether a finished loop's `result` is also the result under `cfg`'s stopping rule: it ran to the
+    budget, and that rule would not have stopped it before its last evaluation."""
+    evaluations = [r for r in result.get("history", []) if "dev_acc" in r]
+    if result.get("stopped_early") or not evaluations:
+        return False
+    budget = cfg.max_episodes if kind == "prototypical" else cfg.max_epochs
+    last = evaluations[-1]
+    return last.get("step", last.get("epoch")) == budget and replay(evaluations[:-1], cfg, chance) is not None
+
+
 def model_signature(model: nn.Module | None) -> dict:
     """The model's and its encoder's configuration (architecture and options such as HYP's max_norm):
     part of a snapshot's key, so a stage never resumes another model's state."""
@@ -157,7 +170,7 @@ def load_snapshot(cfg: Any, kind: str, chance: float | None = None, model: nn.Mo
         return None
     saved_rule = {"hold_at_chance": False, **split[1], **state.get("stopping", {})}
     if state.get("done"):
-        return state if saved_rule == _stopping(cfg) else None
+        return state if saved_rule == _stopping(cfg) or _ends_alike(state.get("result") or {}, cfg, kind, chance) else None
     rule = replay(state.get("history", []), cfg, chance)
     if rule is None:
         return None

@@ -7,7 +7,6 @@ the protocol itself is described in :mod:`dyntc.protocol`.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import shutil
 import tempfile
@@ -33,6 +32,7 @@ from dyntc.protocol.evaluation import (
     train_info,
     untuned_predict,
 )
+from dyntc.protocol.features import RunEncoders
 from dyntc.protocol.plan import RunPlan, cell_key, derive_seed, model_view
 from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
 from dyntc.training import (
@@ -44,22 +44,6 @@ from dyntc.training import (
     train_prototypical,
     train_supervised,
 )
-
-@dataclass
-class Featurized:
-    """Featurized items of a dataset's train / dev / test texts, shared by all splits."""
-
-    train: list[Any]
-    dev: list[Any]
-    test: list[Any]
-    signature: Any  # the encoder's extra_files(): equal signatures featurize identically
-
-    def encoded(self, part: str, indices: np.ndarray, labels: list[str], classes: list[str]) -> Encoded:
-        items = getattr(self, part)
-        return Encoded.from_items([items[i] for i in indices], labels, classes)
-
-
-
 
 @dataclass
 class Unit:
@@ -92,13 +76,6 @@ class SplitData:
 
 
 
-def vocabulary_digest(enc) -> dict[str, Any]:
-    """Size, dimension and sha256 of an SRU encoder's frozen vocabulary and vectors."""
-    digest = hashlib.sha256("\n".join(enc.vocab.tokens).encode("utf-8"))
-    digest.update(enc.embedding.weight.detach().cpu().numpy().astype("<f4").tobytes())
-    return {"words": len(enc.vocab), "dim": int(enc.embedding.weight.shape[1]), "sha256": digest.hexdigest()}
-
-
 class ProtocolRun:
     """One ``dyntc reproduce`` run: a dataset, a plan, an output directory.
 
@@ -116,8 +93,7 @@ class ProtocolRun:
         self.worker = worker
         self.log = log or (lambda msg: tqdm.write(msg))
         self.file = ResultsFile(self.out, plan, force=force, worker=worker, log=self.log)
-        self._featurized: Featurized | None = None
-        self._enc_options: dict[str, Any] = {}
+        self.encoders = RunEncoders(data, plan, self.file.check_vocabulary, self.log)
         self._splits: dict[int, DynamicSplit] = {}
         self._split_data: dict[int, SplitData] = {}
         self._on_work: Callable[[int], None] | None = None  # hears of training work (sequences), for the ETA
@@ -141,66 +117,19 @@ class ProtocolRun:
     def save(self, replace: bool = False, header_only: bool = False) -> None:
         self.file.save(replace, header_only)
 
-    # ---- encoder and features -----------------------------------------------------------------
-
-    def _fresh_encoder(self, split_seed: int, dropout: float | None = None):
-        from dyntc.encoders import create_encoder
-
-        hp = self.hp
-        if self.plan.encoder == "sru":
-            dropout = hp["dropout"] if dropout is None else dropout
-            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"],
-                           embeddings=self.plan.embeddings)
-        else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
-            options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
-        torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
-        try:
-            enc = create_encoder(self.plan.encoder, self.data.train.texts, **options)
-        except TypeError as exc:  # a pretrained encoder that takes fewer options
-            raise DyntcError(f"encoder {self.plan.encoder!r} does not accept the profile's options ({exc})") from exc
-        self._enc_options = options
-        if self.plan.encoder == "sru":
-            self.file.check_vocabulary(vocabulary_digest(enc), self.plan.embeddings or "the packaged glove.6B.50d")
-        return enc
-
-    def _features(self, enc) -> Featurized:
-        signature = enc.extra_files()
-        if self._featurized is None or self._featurized.signature != signature:
-            t0 = time.perf_counter()
-            self._featurized = Featurized(
-                enc.featurize(self.data.train.texts), enc.featurize(self.data.dev.texts),
-                enc.featurize(self.data.test.texts), signature,
-            )
-            self.log(f"featurized {len(self.data.train) + len(self.data.dev) + len(self.data.test)} texts "
-                     f"in {time.perf_counter() - t0:.1f}s")
-        return self._featurized
-
-    # ---- per-model settings (tuning hook) ----------------------------------------------------------
-
-    def _encoder_for(self, model: str, enc0, split_seed: int):
-        """A copy of the split's encoder, or a fresh one (same seed) where `model` has its own dropout."""
-        dropout = self.plan.model_hp(model)["dropout"]
-        if self.plan.encoder != "sru" or dropout == self.hp["dropout"]:
-            return copy.deepcopy(enc0)
-        return self._fresh_encoder(split_seed, dropout=dropout)
+    def new_model(self, model_name: str, enc0, split_seed: int, n_classes: int):
+        """An untrained `model_name` on a copy of the split's encoder, seeded alike in every stage."""
+        encoder = self.encoders.for_model(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
+        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
+        return build_model(model_name, encoder, n_classes, **self.plan.model_options(model_name))
 
     def pretrain_dev_score(self, model_name: str, split: int = 0) -> tuple[float | None, dict]:
         """Pretrain `model_name` on split `split` as the run would and return its best ``dev_old``
-        accuracy (what :func:`dyntc.protocol.tuning.tune_profile` selects on). Sees the pretraining pool and dev only."""
-        split_seed = self.plan.seed + split
-        data_split = make_split(self.data, split_seed, self.hp["p"])
-        enc0 = self._fresh_encoder(split_seed)
-        feats = self._features(enc0)
-        old = data_split.old_labels
-        pretrain = feats.encoded("train", data_split.pretrain_idx, data_split.pretrain.labels, old)
-        dev_old = feats.encoded("dev", data_split.dev_old_idx, data_split.dev_old.labels, old).per_class(
-            self.hp["dev_per_class"], derive_seed(self.plan.seed, split, "dev"))
-        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
-        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, encoder, len(old), **self.plan.model_options(model_name))
-        cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name)
-        train = train_supervised if model_name == "mlp" else train_prototypical
-        result = train(model, pretrain, dev_old, cfg)
+        accuracy (what :func:`dyntc.protocol.tuning.tune_profile` selects on). Trains on the pretraining
+        pool and scores on dev_old only; writes no weights."""
+        d = self.split_data(split)
+        model = self.new_model(model_name, d.enc0, d.seed, len(d.pretrain.classes))
+        result = self._train_pretraining(model, model_name, d)
         return result.best_dev_acc, {"steps": result.steps, "stopped_early": result.stopped_early}
 
     # ---- training configs -----------------------------------------------------------------------
@@ -261,14 +190,14 @@ class ProtocolRun:
 
         write_report(self.results, self.out)
 
-    def _data(self, s: int) -> SplitData:
+    def split_data(self, s: int) -> SplitData:
         """The featurized sets of split `s` (made once per process; every process makes the same)."""
         if s in self._split_data:
             return self._split_data[s]
         plan, hp, split = self.plan, self.hp, self.split(s)
         split_seed = plan.seed + s
-        enc0 = self._fresh_encoder(split_seed)
-        feats = self._features(enc0)
+        enc0 = self.encoders.fresh(split_seed)
+        feats = self.encoders.features(enc0)
         self.log(f"split {s} (seed {split_seed}): {len(split.old_labels)} old labels, {len(split.new_labels)} new labels, "
                  f"new classes {split.new_classes}" + (f"; collapsed {list(split.collapsed)}" if split.collapsed else ""))
         old, new = split.old_labels, split.new_labels
@@ -298,12 +227,12 @@ class ProtocolRun:
         """
         report = report or (lambda stage, n, finished: None)
         s, model_name = unit.split, unit.model
-        d = self._data(s)
+        d = self.split_data(s)
         pretrained = None
         if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
             stage = (s, "pretrain", model_name)
             self._on_work = lambda n: report(stage, n, False)
-            pretrained = self._pretrained(s, d.seed, model_name, d.enc0, d.pretrain, d.dev_old)
+            pretrained = self.pretrained(s, model_name)
             report(stage, 0, True)
         cache: dict[str, Any] = {}
         for _, variant, n_fine, _ in unit.cells:
@@ -329,10 +258,17 @@ class ProtocolRun:
                      f"acc_new={acc_new} ({row['train_seconds']:.0f}s train)")
         self._on_work = None
 
-    def _pretrained(self, s, split_seed, model_name, enc0, pretrain, dev_old):
-        encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
-        torch.manual_seed(derive_seed(self.plan.seed, split_seed, model_name, "init"))
-        model = build_model(model_name, encoder, len(pretrain.classes), **self.plan.model_options(model_name))
+    def _train_pretraining(self, model, model_name: str, d: SplitData, snapshot: Path | None = None):
+        cfg = self._cfg("pretrain", derive_seed(self.plan.seed, d.seed, model_name, "pretrain"), model=model_name,
+                        snapshot=snapshot)
+        train = train_supervised if model_name == "mlp" else train_prototypical
+        return train(model, d.pretrain, d.dev_old, cfg)
+
+    def pretrained(self, s: int, model_name: str):
+        """Split `s`'s pretrained `model_name`: its saved weights when they fit the run, else trained
+        (resuming the stage's snapshot) and saved."""
+        d = self.split_data(s)
+        model = self.new_model(model_name, d.enc0, d.seed, len(d.pretrain.classes))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
         if info is not None and (model_view(info.get("fingerprint") or {}, model_name, pretraining=True)
@@ -340,14 +276,9 @@ class ProtocolRun:
             self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
         else:
             snapshot = self._snapshot(s, model_name, "pretrain")
-            cfg = self._cfg("pretrain", derive_seed(self.plan.seed, split_seed, model_name, "pretrain"), model=model_name,
-                            snapshot=snapshot)
-            if model_name == "mlp":
-                result = train_supervised(model, pretrain, dev_old, cfg)
-            else:
-                result = train_prototypical(model, pretrain, dev_old, cfg)
+            result = self._train_pretraining(model, model_name, d, snapshot)
             info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, "machine": self._machine, **train_info(result),
-                    "n_train": len(pretrain), "n_dev": len(dev_old), "history": result.history}
+                    "n_train": len(d.pretrain), "n_dev": len(d.dev_old), "history": result.history}
             save_weights(path, model, info)
             snapshot.unlink(missing_ok=True)
             self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
@@ -378,9 +309,7 @@ class ProtocolRun:
         if variant == "fine-tuned":
             model = copy.deepcopy(pretrained)
         else:
-            encoder = self._encoder_for(model_name, enc0, split_seed)  # before seeding: a fresh one draws numbers
-            torch.manual_seed(derive_seed(plan.seed, split_seed, model_name, "init"))
-            model = build_model(model_name, encoder, n_classes, **self.plan.model_options(model_name))
+            model = self.new_model(model_name, enc0, split_seed, n_classes)
         torch.manual_seed(seed)
         if model_name == "mlp":
             if variant == "fine-tuned":
