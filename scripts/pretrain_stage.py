@@ -8,10 +8,12 @@ split, seeds, encoder and model; FIELD=VALUE arguments override profile fields a
 the model's own settings as `--tune` does), except
 that by default nothing stops it early (``pretrain_min_episodes`` at the episode budget), so the
 whole dev_old trajectory is seen. The stage keeps its snapshot in OUT/checkpoints/ and resumes from
-it when rerun, and its snapshot fits the real run's stage with the same settings (copy it into the
-run's checkpoints/splitK/ to go on there). Prints the dev_old history at the end; `--show` prints
-the history a stopped stage's snapshot holds, without training (or, for a run directory, the
-finished stage's history in its results.json: `--show docs/runs/news-sru-paper --split 1`).
+it when rerun. Its snapshot fits the real run's stage with the same settings (copy it into the run's
+checkpoints/splitK/ to go on there) while the profile's own stopping rule would not have stopped the
+stage sooner, also once it has finished. Prints the dev_old history at the end; `--show` prints the
+history a stage's snapshot holds, without training (or, for a run directory, the finished stage's
+history in its results.json: `--show docs/runs/news-sru-paper --split 1`), and where the profile's
+own rule would stop that history with its best dev_old by then: what the real run's stage keeps.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
 from dyntc.protocol import ProtocolRun, get_profile, make_plan
 from dyntc.protocol.profiles import TUNABLE, parse_setting
-from dyntc.stopping import Patience, is_held
+from dyntc.stopping import stop_step
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,17 +98,12 @@ def _print_rule_outcome(history: list[dict], dataset: str, profile: str, model: 
     cfg = plan.train_config("pretrain", 0, model=model)
     split_data = make_split(load(plan.dataset, None, seed=plan.seed), plan.seed + split, plan.hp["p"])
     chance = math.log(min(len(split_data.old_labels), cfg.max_classes))
-    rule, best_step, stop = Patience(cfg.patience), None, None
-    for record in (r for r in history if "dev_acc" in r):
-        step = record["step"]
-        improved, stops = rule.update(record["dev_acc"], is_held(cfg, step, record.get("loss"), chance))
-        best_step = step if improved else best_step
-        if stops:
-            stop = step
-            break
+    stop = stop_step(history, cfg, chance)
+    kept = [r for r in history if "dev_acc" in r and (stop is None or r["step"] <= stop)]
+    best = max(kept, key=lambda r: r["dev_acc"])  # the first of equal scores: the loop keeps strict improvements
     where = f"stops after episode {stop}" if stop is not None else "does not stop it"
     print(f"{profile} profile's stopping rule (floor {cfg.min_steps}, patience {cfg.patience} evaluations, "
-          f"held at chance {cfg.hold_at_chance}): {where}; best dev_old {rule.best:.3f} at episode {best_step}")
+          f"held at chance {cfg.hold_at_chance}): {where}; best dev_old {best['dev_acc']:.3f} at episode {best['step']}")
 
 
 if __name__ == "__main__":

@@ -17,15 +17,13 @@ import sys
 from pathlib import Path
 
 from dyntc.protocol import make_plan
-from dyntc.stopping import replay
+from dyntc.stopping import stop_step
 
 
 def replayed_stop(history: list[dict], cfg, chance: float | None) -> int:
     """The step at which `cfg`'s rule stops `history` (its last step if it never does)."""
-    for i in range(1, len(history) + 1):
-        if replay(history[:i], cfg, chance) is None:
-            return history[i - 1].get("step", history[i - 1].get("epoch"))
-    return history[-1].get("step", history[-1].get("epoch"))
+    stop = stop_step(history, cfg, chance)
+    return history[-1].get("step", history[-1].get("epoch")) if stop is None else stop
 
 
 def main(path: str) -> int:

@@ -370,6 +370,38 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
     assert [r for r in again["rows"] if r["model"] == "euc" and r["n_fine"] == 5] == data["rows"]
 
 
+def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run, small_sent, tmp_path, counted):
+    """A model with finished work cannot change its settings in place; --redo hyp drops HYP's cells,
+    pretraining records and weights (its stage snapshots stay: they are checked when a stage resumes)
+    and runs it again; the other models' cells stay as they were. Bad --redo values are refused by name."""
+    import shutil
+
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    hyp_tuned = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"max_norm": 5.0}}})
+    with pytest.raises(DyntcError, match="different configuration.*for hyp"):
+        reproduce(small_sent, hyp_tuned, run_dir, progress=False, log=lambda m: None)
+    snapshot = run_dir / "checkpoints" / "split0" / "hyp-pretrain.partial.pt"
+    snapshot.write_bytes(b"kept")
+    for bad, match in (({"redo": "hyp,svm"}, "unknown --redo model.*svm"),
+                       ({"redo": "hyp", "models": "euc"}, "--redo hyp: hyp not among --models euc"),
+                       ({"redo": "hyp", "force": True}, "not both")):
+        with pytest.raises(DyntcError, match=match):
+            reproduce(small_sent, hyp_tuned, run_dir, progress=False, log=lambda m: None, **bad)
+    proto, sup = counted
+    messages = []
+    with pytest.warns(UserWarning, match="hyp-pretrain.partial.pt is unreadable"):  # kept until the stage looked at it
+        again = reproduce(small_sent, hyp_tuned, run_dir, redo="hyp", progress=False, log=messages.append)
+    n_hyp = sum(1 for r in results["rows"] if r["model"] == "hyp")
+    assert any(f"--redo hyp: discarding {n_hyp} finished cells and 1 pretrained models" in m for m in messages)
+    n_hyp_trained = sum(1 for r in again["rows"] if r["model"] == "hyp" and r["variant"] != "un-tuned")
+    assert proto.calls == 1 + n_hyp_trained and sup.calls == 0  # HYP pretrained again, nothing else
+    assert [r for r in again["rows"] if r["model"] != "hyp"] == [r for r in results["rows"] if r["model"] != "hyp"]
+    assert again["fingerprint"]["hyperparameters"]["per_model"] == {"hyp": {"max_norm": 5.0}}
+    assert again["pretraining"]["0"]["hyp"]["history"] != results["pretraining"]["0"]["hyp"]["history"]
+
+
 def test_a_new_fine_tuning_rule_keeps_the_pretrained_weights_and_a_new_lr_does_not(tiny_run, small_sent, tmp_path, counted):
     """The MLP's cells run again under a changed fine-tuning setting (finetune_fit_head) reuse its
     pretrained weights; a changed pretraining setting (its lr) pretrains it again."""

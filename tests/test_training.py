@@ -15,7 +15,7 @@ from dyntc.checkpoint import load_model, save_model
 from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
-from dyntc.stopping import Patience, is_held, load_snapshot, replay, snapshot_key
+from dyntc.stopping import Patience, is_held, load_snapshot, replay, snapshot_key, stop_step
 from dyntc.training import (
     Encoded,
     TrainConfig,
@@ -277,6 +277,8 @@ def test_held_evaluations_do_not_count_towards_the_patience():
     assert replay(history[:5], cfg, 2.0).bad == 1 and replay(history, cfg, 2.0) is None
     without_hold = dataclasses.replace(cfg, hold_at_chance=False)
     assert replay(history[:4], without_hold, 2.0) is None  # step 30 and 40 count: stopped at 40
+    assert stop_step(history, cfg, 2.0) == 60 and stop_step(history, without_hold, 2.0) == 40
+    assert stop_step(history[:5], cfg, 2.0) is None
     patience = Patience(2)
     assert patience.update(0.5) == (True, False) and patience.update(0.4, held=True) == (False, False)
     assert patience.bad == 0 and patience.update(0.4) == (False, False) and patience.update(0.6) == (True, False)

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
-from dyntc.protocol import Profile, ProtocolRun, RunPlan, Unit, make_plan, tune_profile
+from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, RunPlan, Unit, make_plan, parse_names, tune_profile
 
 REPORT_EVERY_S = 600.0  # with --jobs N, tables.md and the plots are also rewritten this often (not only per unit)
 
@@ -323,6 +323,7 @@ def reproduce(
     settings: dict[str, str] | None = None,
     data_dir: str | Path | None = None,
     force: bool = False,
+    redo: str | tuple[str, ...] | None = None,
     progress: bool = True,
     threads: int | None = None,
     jobs: int = 1,
@@ -345,6 +346,8 @@ def reproduce(
     :func:`dyntc.protocol.tuning.parse_grid`). `embeddings` is a GloVe text file for the sru encoder (default:
     the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it). `only_splits`
     runs only those split indices now; the other splits' cells stay to do (a later call runs them).
+    `redo` models (among `models`) lose their finished cells and pretrained weights in `out` first, e.g.
+    after a change of their settings; the other models' work stays.
     """
     if not is_int(jobs) or jobs < 1:
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
@@ -356,6 +359,12 @@ def reproduce(
     plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                      p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine,
                      embeddings=embeddings, only_splits=only_splits)
+    redone = parse_names(redo, ALL_MODELS, "--redo model(s)") or ()
+    if redone and force:
+        raise DyntcError("--force discards every model's results already: give --force or --redo, not both")
+    if set(redone) - set(plan.models):
+        raise DyntcError(f"--redo {','.join(redone)}: {', '.join(sorted(set(redone) - set(plan.models)))} not among "
+                         f"--models {','.join(plan.models)}; add it there to run it again now")
     if not isinstance(dataset, Dataset):
         from dyntc.data.datasets import load
 
@@ -370,7 +379,7 @@ def reproduce(
         plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                          p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
                          only_splits=only_splits)
-    run = ProtocolRun(dataset, plan, Path(out), force=force, progress=progress, log=log)
+    run = ProtocolRun(dataset, plan, Path(out), force=force, redo=redone, progress=progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning
     return execute(run, jobs, threads or 1)

@@ -94,14 +94,24 @@ class EarlyStopping(Patience):
 
 def replay(history: list[dict], cfg: Any, chance: float | None) -> Patience | None:
     """The stopping state after `history` under `cfg`'s rule; None if that rule would have stopped in it."""
+    rule, stop = _replayed(history, cfg, chance)
+    return rule if stop is None else None
+
+
+def stop_step(history: list[dict], cfg: Any, chance: float | None) -> int | None:
+    """The step (episode, or epoch) at whose evaluation `cfg`'s rule stops `history`; None if it does not."""
+    return _replayed(history, cfg, chance)[1]
+
+
+def _replayed(history: list[dict], cfg: Any, chance: float | None) -> tuple[Patience, int | None]:
     rule = Patience(cfg.patience)
     for record in history:
         if "dev_acc" not in record:  # e.g. a monitor's record before the first episode
             continue
         step = record.get("step", record.get("epoch", 0))
         if rule.update(record["dev_acc"], is_held(cfg, step, record.get("loss"), chance))[1]:
-            return None
-    return rule
+            return rule, step
+    return rule, None
 
 
 def _ends_alike(result: dict, cfg: Any, kind: str, chance: float | None) -> bool:

@@ -44,6 +44,8 @@ def reproduce(
     threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
+    redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells and pretrained weights in OUT "
+                                                     "are discarded first (e.g. hyp after changing its settings); the others' stay")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
     tune: Annotated[bool, typer.Option(help="First select each model's lr and dropout on split 0's pretraining dev set "
                                             "(the paper's per-model tuning); the choice goes into results.json")] = False,
@@ -61,7 +63,7 @@ def reproduce(
     target = out or Path(f"runs/reproduce-{dataset}-{profile}")
     results = run(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-        p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, progress=progress, threads=threads,
+        p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, redo=redo, progress=progress, threads=threads,
         jobs=jobs, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
         only_splits=only_splits, log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )

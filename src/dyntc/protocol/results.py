@@ -98,17 +98,19 @@ class ResultsFile:
     label sets (``split_info``) and each pretraining stage's record (``pretraining``).
 
     Opening checks the file against the plan's fingerprint: a run with another configuration is refused,
-    unless the difference concerns only models with nothing finished. A worker process (``worker=True``)
-    merges its rows into the file and leaves the run-level fields to the parent.
+    unless the difference concerns only models with nothing finished. `redo` models first lose their
+    finished work (cells, pretraining records and weights; their stage snapshots stay, checked against
+    the settings when a stage resumes). A worker process (``worker=True``) merges its rows into the file
+    and leaves the run-level fields to the parent.
     """
 
-    def __init__(self, out: Path, plan: RunPlan, *, force: bool = False, worker: bool = False,
-                 log: Callable[[str], None] = print):
+    def __init__(self, out: Path, plan: RunPlan, *, force: bool = False, redo: tuple[str, ...] = (),
+                 worker: bool = False, log: Callable[[str], None] = print):
         self.out, self.plan, self.worker, self.log = Path(out), plan, worker, log
         self.path = self.out / "results.json"
-        self.data = self._open(force)
+        self.data = self._open(force, redo)
 
-    def _open(self, force: bool) -> dict:
+    def _open(self, force: bool, redo: tuple[str, ...]) -> dict:
         fingerprint = self.plan.fingerprint()
         check_out_dir(self.out)
         if not self.path.is_file():
@@ -124,6 +126,8 @@ class ResultsFile:
             self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
             shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
             return {**self._header(started=None), "rows": [], "split_info": {}, "pretraining": {}}
+        if redo:
+            self._forget(old, redo)
         if old.get("fingerprint") != fingerprint:
             saved = old.get("fingerprint") or {}
             finished = {r.get("model") for r in old.get("rows", [])} | {
@@ -142,6 +146,18 @@ class ResultsFile:
         old.update(self._header(started=old.get("started")))
         old.update(grid)
         return old
+
+    def _forget(self, old: dict, models: tuple[str, ...]) -> None:
+        """Drop `models`' finished cells, pretraining records and pretrained weights (``--redo``)."""
+        rows = old.get("rows") or []
+        old["rows"] = [r for r in rows if r.get("model") not in models]
+        pretrained = 0
+        for split, by_model in (old.get("pretraining") or {}).items():
+            for model in models:
+                pretrained += by_model.pop(model, None) is not None
+                (self.out / "checkpoints" / f"split{split}" / f"{model}.safetensors").unlink(missing_ok=True)
+        self.log(f"--redo {','.join(models)}: discarding {len(rows) - len(old['rows'])} finished cells and "
+                 f"{pretrained} pretrained models in {self.out}")
 
     def _header(self, started: str | None) -> dict:
         plan = self.plan

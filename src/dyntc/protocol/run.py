@@ -85,14 +85,14 @@ class ProtocolRun:
     into ``results.json`` and leaves the run-level fields to the parent.
     """
 
-    def __init__(self, data: Dataset, plan: RunPlan, out: Path, *, force: bool = False, progress: bool = True,
-                 log: Callable[[str], None] | None = None, worker: bool = False):
+    def __init__(self, data: Dataset, plan: RunPlan, out: Path, *, force: bool = False, redo: tuple[str, ...] = (),
+                 progress: bool = True, log: Callable[[str], None] | None = None, worker: bool = False):
         self.data, self.plan, self.out = data, plan, Path(out)
         self.hp = plan.hp
         self.progress = progress
         self.worker = worker
         self.log = log or (lambda msg: tqdm.write(msg))
-        self.file = ResultsFile(self.out, plan, force=force, worker=worker, log=self.log)
+        self.file = ResultsFile(self.out, plan, force=force, redo=redo, worker=worker, log=self.log)
         self.encoders = RunEncoders(data, plan, self.file.check_vocabulary, self.log)
         self._splits: dict[int, DynamicSplit] = {}
         self._split_data: dict[int, SplitData] = {}
