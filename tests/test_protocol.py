@@ -373,7 +373,8 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
 def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run, small_sent, tmp_path, counted):
     """A model with finished work cannot change its settings in place; --redo hyp drops HYP's cells,
     pretraining records and weights (its stage snapshots stay: they are checked when a stage resumes)
-    and runs it again; the other models' cells stay as they were. Bad --redo values are refused by name."""
+    and runs it again; the other models' cells stay as they were, and the same command run again
+    resumes (it discards only work of other settings). Bad --redo values are refused by name."""
     import shutil
 
     out, results = tiny_run
@@ -400,6 +401,11 @@ def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run,
     assert [r for r in again["rows"] if r["model"] != "hyp"] == [r for r in results["rows"] if r["model"] != "hyp"]
     assert again["fingerprint"]["hyperparameters"]["per_model"] == {"hyp": {"max_norm": 5.0}}
     assert again["pretraining"]["0"]["hyp"]["history"] != results["pretraining"]["0"]["hyp"]["history"]
+    # the same command again resumes: HYP's settings are now the file's, so nothing is discarded
+    calls = proto.calls
+    third = reproduce(small_sent, hyp_tuned, run_dir, redo="hyp", progress=False, log=messages.append)
+    assert proto.calls == calls and third["rows"] == again["rows"]
+    assert any("--redo: hyp kept" in m for m in messages)
 
 
 def test_a_new_fine_tuning_rule_keeps_the_pretrained_weights_and_a_new_lr_does_not(tiny_run, small_sent, tmp_path, counted):

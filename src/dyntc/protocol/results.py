@@ -98,9 +98,9 @@ class ResultsFile:
     label sets (``split_info``) and each pretraining stage's record (``pretraining``).
 
     Opening checks the file against the plan's fingerprint: a run with another configuration is refused,
-    unless the difference concerns only models with nothing finished. `redo` models first lose their
-    finished work (cells, pretraining records and weights; their stage snapshots stay, checked against
-    the settings when a stage resumes). A worker process (``worker=True``) merges its rows into the file
+    unless the difference concerns only models with nothing finished. `redo` models whose settings
+    changed first lose their finished work (cells, pretraining records and weights; their stage
+    snapshots stay, checked against the settings when a stage resumes). A worker process (``worker=True``) merges its rows into the file
     and leaves the run-level fields to the parent.
     """
 
@@ -148,16 +148,25 @@ class ResultsFile:
         return old
 
     def _forget(self, old: dict, models: tuple[str, ...]) -> None:
-        """Drop `models`' finished cells, pretraining records and pretrained weights (``--redo``)."""
+        """``--redo``: drop the finished cells, pretraining records and pretrained weights of those of
+        `models` whose settings differ from the file's. A model whose settings are the file's keeps its
+        work, so that the same command line run again resumes instead of starting over."""
+        saved, fingerprint = old.get("fingerprint") or {}, self.plan.fingerprint()
+        changed = tuple(m for m in models if model_view(saved, m) != model_view(fingerprint, m))
+        if set(models) - set(changed):
+            self.log(f"--redo: {', '.join(m for m in models if m not in changed)} kept: the settings are those of "
+                     f"its finished work in {self.out} (resuming)")
+        if not changed:
+            return
         rows = old.get("rows") or []
-        old["rows"] = [r for r in rows if r.get("model") not in models]
+        old["rows"] = [r for r in rows if r.get("model") not in changed]
         pretrained = 0
         for split, by_model in (old.get("pretraining") or {}).items():
-            for model in models:
+            for model in changed:
                 pretrained += by_model.pop(model, None) is not None
                 (self.out / "checkpoints" / f"split{split}" / f"{model}.safetensors").unlink(missing_ok=True)
-        self.log(f"--redo {','.join(models)}: discarding {len(rows) - len(old['rows'])} finished cells and "
-                 f"{pretrained} pretrained models in {self.out}")
+        self.log(f"--redo {','.join(changed)}: discarding {len(rows) - len(old['rows'])} finished cells and "
+                 f"{pretrained} pretrained models in {self.out} (other settings: {describe_difference(saved, fingerprint)})")
 
     def _header(self, started: str | None) -> dict:
         plan = self.plan
