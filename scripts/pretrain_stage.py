@@ -8,9 +8,10 @@ split, seeds, encoder and model; FIELD=VALUE arguments override profile fields a
 the model's own settings as `--tune` does), except
 that by default nothing stops it early (``pretrain_min_episodes`` at the episode budget), so the
 whole dev_old trajectory is seen. The stage keeps its snapshot in OUT/checkpoints/ and resumes from
-it when rerun. Its snapshot fits the real run's stage with the same settings (copy it into the run's
-checkpoints/splitK/ to go on there) while the profile's own stopping rule would not have stopped the
-stage sooner, also once it has finished. Prints the dev_old history at the end; `--show` prints the
+it when rerun; at its end it saves the pretrained weights there (MODEL.safetensors and MODEL.json).
+Both fit the real run's stage with the same settings while the profile's own stopping rule, replayed
+on the dev history, would not have stopped the stage sooner: copy the snapshot (to go on there) or the
+finished weights (used as they are, with a note in results.json) into the run's checkpoints/splitK/. Prints the dev_old history at the end; `--show` prints the
 history a stage's snapshot holds, without training (or, for a run directory, the finished stage's
 history in its results.json: `--show docs/runs/news-sru-paper --split 1`), and where the profile's
 own rule would stop that history with its best dev_old by then: what the real run's stage keeps.
@@ -73,7 +74,12 @@ def _print_history(history: list[dict]) -> None:
 
 def _show(out: Path, split: int, model: str, dataset: str, profile: str) -> None:
     snapshot = out / "checkpoints" / f"split{split}" / f"{model}-pretrain.partial.pt"
-    if snapshot.is_file():
+    weights = out / "checkpoints" / f"split{split}" / f"{model}.json"
+    if weights.is_file() and not snapshot.is_file():  # the finished stage's weights
+        info = json.loads(weights.read_text())
+        print(f"{weights}: finished after episode {info['steps']}, {info.get('machine', '')}, {info['seconds']:.0f} s")
+        history = info["history"]
+    elif snapshot.is_file():
         state = torch.load(snapshot, map_location="cpu", weights_only=False)
         history = state["history"] if "history" in state else state["result"]["history"]
         print(f"{snapshot}: {'finished' if state.get('done') else 'stopped'} after episode "
@@ -82,8 +88,8 @@ def _show(out: Path, split: int, model: str, dataset: str, profile: str) -> None
         results = out / "results.json"
         info = json.loads(results.read_text()).get("pretraining", {}).get(str(split), {}).get(model) if results.is_file() else None
         if info is None:
-            raise SystemExit(f"--show: neither a snapshot at {snapshot} nor split {split}'s {model} pretraining in "
-                             f"{results} (give the OUT, --split and --model of the stage)")
+            raise SystemExit(f"--show: no snapshot or weights of split {split}'s {model} in {out / 'checkpoints'}, nor its "
+                             f"pretraining in {results} (give the OUT, --split and --model of the stage)")
         print(f"{results}: split {split}, {model}, {info['steps']} steps, {info.get('machine', '')}")
         history = info["history"]
     _print_history(history)

@@ -368,6 +368,9 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
     n_euc_trained = sum(1 for r in again["rows"] if r["model"] == "euc" and r["n_fine"] == 10 and r["variant"] != "un-tuned")
     assert proto.calls == 1 + n_hyp_trained + n_euc_trained  # HYP's pretraining, no EUC pretraining
     assert [r for r in again["rows"] if r["model"] == "euc" and r["n_fine"] == 5] == data["rows"]
+    # HYP's stale weights (other settings) left in checkpoints/ are not its new start: it pretrains as afresh
+    fresh = reproduce(small_sent, hyp_tuned, tmp_path / "fresh", models="hyp", progress=False, log=lambda m: None)
+    assert again["pretraining"]["0"]["hyp"]["history"] == fresh["pretraining"]["0"]["hyp"]["history"]
 
 
 def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run, small_sent, tmp_path, counted):
@@ -406,6 +409,46 @@ def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run,
     third = reproduce(small_sent, hyp_tuned, run_dir, redo="hyp", progress=False, log=messages.append)
     assert proto.calls == calls and third["rows"] == again["rows"]
     assert any("--redo: hyp kept" in m for m in messages)
+
+
+def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_rule_ends_alike(small_sent, tmp_path, counted):
+    """A selection run that does not stop early (floor = budget, as scripts/pretrain_stage.py trains)
+    gives the run's weights where the run's own rule, replayed on their dev history, would not have
+    stopped sooner: they load with a note; where it would have, the stage is pretrained afresh."""
+    import shutil
+
+    settings = {"pretrain_episodes": "30"}
+    selection = reproduce(small_sent, "tiny", tmp_path / "selection", models="euc", variants="un-tuned", n_fine="5",
+                          settings={**settings, "pretrain_min_episodes": "30"}, progress=False, log=lambda m: None)
+    assert selection["pretraining"]["0"]["euc"]["steps"] == 30
+    weights = tmp_path / "selection" / "checkpoints" / "split0"
+    proto, sup = counted
+    for scores, loaded in (((0.3, 0.4, 0.5), True), ((0.5, 0.4, 0.3), False)):  # patience 1: the second stops at 20
+        run_dir = tmp_path / f"run-{loaded}"
+        (run_dir / "checkpoints").mkdir(parents=True)
+        shutil.copytree(weights, run_dir / "checkpoints" / "split0")
+        side = run_dir / "checkpoints" / "split0" / "euc.json"
+        info = json.loads(side.read_text())
+        info["history"] = [{"step": 10 * (i + 1), "loss": 1.0, "dev_acc": a} for i, a in enumerate(scores)]
+        side.write_text(json.dumps(info))
+        calls, messages = proto.calls, []
+        out = reproduce(small_sent, "tiny", run_dir, models="euc", variants="un-tuned", n_fine="5", settings=settings,
+                        progress=False, log=messages.append)
+        assert (proto.calls == calls) == loaded
+        note = out["pretraining"]["0"]["euc"].get("note", "")
+        assert ("another stopping rule" in note and "'pretrain_min_episodes': 30" in note) == loaded
+        if loaded:  # the un-tuned cell is the selection run's own
+            assert [r["acc_all"] for r in out["rows"]] == [r["acc_all"] for r in selection["rows"]]
+        else:
+            assert out["pretraining"]["0"]["euc"]["history"] != info["history"]
+    # the rule is the only thing that may differ: weights of another lr are not the run's
+    lr_dir = tmp_path / "other-lr"
+    (lr_dir / "checkpoints").mkdir(parents=True)
+    shutil.copytree(weights, lr_dir / "checkpoints" / "split0")
+    calls = proto.calls
+    reproduce(small_sent, "tiny", lr_dir, models="euc", variants="un-tuned", n_fine="5", settings={**settings, "lr": "0.01"},
+              progress=False, log=lambda m: None)
+    assert proto.calls == calls + 1
 
 
 def test_a_new_fine_tuning_rule_keeps_the_pretrained_weights_and_a_new_lr_does_not(tiny_run, small_sent, tmp_path, counted):

@@ -19,9 +19,9 @@ model's configuration), without the stopping rule
 (:data:`STOPPING_FIELDS`): the stopping state is replayed from the saved dev scores and losses under
 the current rule, and an unfinished snapshot fits when that rule would not have stopped it before
 the saved step. So a stage whose slow start outlasts its floor can get a higher one (or the chance
-hold) without losing its work. A finished snapshot fits the rule it stopped under and, when it ran
-to its budget, any rule that would not have stopped it sooner (it would have ended the same: at the
-budget, with the same best weights restored).
+hold) without losing its work. A finished snapshot fits the rule it stopped under and any rule that
+would have ended it alike (:func:`ends_alike`: at the same evaluation, or not before its budget), as
+a run's saved pretrained weights do (dyntc.protocol.run).
 """
 
 from __future__ import annotations
@@ -114,15 +114,20 @@ def _replayed(history: list[dict], cfg: Any, chance: float | None) -> tuple[Pati
     return rule, None
 
 
-def _ends_alike(result: dict, cfg: Any, kind: str, chance: float | None) -> bool:
-    """Whether a finished loop's `result` is also the result under `cfg`'s stopping rule: it ran to the
-    budget, and that rule would not have stopped it before its last evaluation."""
+def ends_alike(result: dict, cfg: Any, kind: str, chance: float | None) -> bool:
+    """Whether a finished loop's `result` (its ``history`` and ``stopped_early``) is also the result
+    under `cfg`'s stopping rule: replayed on the dev scores, that rule stops it at the same evaluation,
+    or, for a loop that ran to its budget (`kind` ``"prototypical"``: episodes, else epochs), not
+    before its last one. The best weights restored are then the same too."""
     evaluations = [r for r in result.get("history", []) if "dev_acc" in r]
-    if result.get("stopped_early") or not evaluations:
+    if not evaluations:
         return False
+    last = evaluations[-1].get("step", evaluations[-1].get("epoch"))
+    stop = stop_step(evaluations, cfg, chance)
+    if result.get("stopped_early"):
+        return stop == last
     budget = cfg.max_episodes if kind == "prototypical" else cfg.max_epochs
-    last = evaluations[-1]
-    return last.get("step", last.get("epoch")) == budget and replay(evaluations[:-1], cfg, chance) is not None
+    return last == budget and stop in (None, last)
 
 
 def model_signature(model: nn.Module | None) -> dict:
@@ -180,7 +185,7 @@ def load_snapshot(cfg: Any, kind: str, chance: float | None = None, model: nn.Mo
         return None
     saved_rule = {"hold_at_chance": False, **split[1], **state.get("stopping", {})}
     if state.get("done"):
-        return state if saved_rule == _stopping(cfg) or _ends_alike(state.get("result") or {}, cfg, kind, chance) else None
+        return state if saved_rule == _stopping(cfg) or ends_alike(state.get("result") or {}, cfg, kind, chance) else None
     rule = replay(state.get("history", []), cfg, chance)
     if rule is None:
         return None

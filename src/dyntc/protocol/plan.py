@@ -270,3 +270,21 @@ def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict
         hp = {k: v for k, v in hp.items() if not later(k)}
         own = ({k: v for k, v in own.items() if not later(k)} or None) if isinstance(own, dict) else own
     return {**fingerprint, "hyperparameters": {**hp, "per_model": own}}
+
+
+# the pretraining stage's stopping rule as profile fields (TrainConfig's min_steps, hold_at_chance, patience)
+PRETRAIN_STOPPING = ("pretrain_min_episodes", "pretrain_patience")
+
+
+def without_stopping_rule(view: dict) -> dict:
+    """A :func:`model_view` without the pretraining stage's stopping rule: weights pretrained under
+    another rule are the run's where its own rule, replayed on their dev history, ends the stage alike
+    (:func:`dyntc.stopping.ends_alike`)."""
+    hp = view.get("hyperparameters")
+    if not isinstance(hp, dict):
+        return view
+
+    def strip(entry):
+        return {k: v for k, v in entry.items() if k not in PRETRAIN_STOPPING} if isinstance(entry, dict) else entry
+
+    return {**view, "hyperparameters": {**strip(hp), "per_model": strip(hp.get("per_model"))}}

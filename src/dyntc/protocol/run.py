@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -33,8 +34,9 @@ from dyntc.protocol.evaluation import (
     untuned_predict,
 )
 from dyntc.protocol.features import RunEncoders
-from dyntc.protocol.plan import RunPlan, cell_key, derive_seed, model_view
+from dyntc.protocol.plan import PRETRAIN_STOPPING, RunPlan, cell_key, derive_seed, model_view, without_stopping_rule
 from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
+from dyntc.stopping import ends_alike
 from dyntc.training import (
     Encoded,
     TrainConfig,
@@ -190,6 +192,24 @@ class ProtocolRun:
 
         write_report(self.results, self.out)
 
+    def _weights_fit(self, info: dict, model_name: str, n_classes: int) -> bool | str:
+        """Whether saved pretrained weights (their `info`) are this run's: True when pretrained with its
+        settings; a note saying so when pretrained under another stopping rule (e.g. a selection run of
+        scripts/pretrain_stage.py, which does not stop early) that the run's own rule, replayed on their
+        dev history, ends alike; else False."""
+        saved = model_view(info.get("fingerprint") or {}, model_name, pretraining=True)
+        now = model_view(self.plan.fingerprint(), model_name, pretraining=True)
+        if saved == now:
+            return True
+        if without_stopping_rule(saved) != without_stopping_rule(now):
+            return False
+        cfg = self.plan.train_config("pretrain", 0, model=model_name)
+        kind, chance = ("supervised", None) if model_name == "mlp" else ("prototypical", math.log(min(cfg.max_classes, n_classes)))
+        if not ends_alike(info, cfg, kind, chance):
+            return False
+        rule = {k: saved["hyperparameters"].get(k) for k in PRETRAIN_STOPPING}
+        return f"pretrained under another stopping rule ({rule}), which this run's ends alike"
+
     def split_data(self, s: int) -> SplitData:
         """The featurized sets of split `s` (made once per process; every process makes the same)."""
         if s in self._split_data:
@@ -271,10 +291,14 @@ class ProtocolRun:
         model = self.new_model(model_name, d.enc0, d.seed, len(d.pretrain.classes))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
-        if info is not None and (model_view(info.get("fingerprint") or {}, model_name, pretraining=True)
-                                 == model_view(self.plan.fingerprint(), model_name, pretraining=True)):
-            self.log(f"split {s} {model_name}: pretrained weights loaded from {path}")
+        fit = self._weights_fit(info, model_name, len(d.pretrain.classes)) if info is not None else None
+        if fit:
+            self.log(f"split {s} {model_name}: pretrained weights loaded from {path}" + (f" ({fit})" if fit is not True else ""))
+            if fit is not True:
+                info = {**info, "note": fit}
         else:
+            if info is not None:  # weights of other settings were loaded: they must not be the stage's start
+                model = self.new_model(model_name, d.enc0, d.seed, len(d.pretrain.classes))
             snapshot = self._snapshot(s, model_name, "pretrain")
             result = self._train_pretraining(model, model_name, d, snapshot)
             info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, "machine": self._machine, **train_info(result),
