@@ -46,11 +46,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--show", action="store_true", help="print the history of OUT's snapshot of the stage and stop")
     args = ap.parse_args(argv)
     if args.show:
-        return _show(args.out, args.split, args.model, args.dataset, args.profile)
+        return _show(args)
     torch.set_num_threads(1)
+    plan = _plan(args, selection=True)
+    data = load(plan.dataset, None, seed=plan.seed)
+    run = ProtocolRun(data, plan, args.out, progress=False, log=lambda m: print(m, flush=True))
+    run.pretrained(args.split, args.model)
+    _print_history(run.results["pretraining"][str(args.split)][args.model]["history"])
+
+
+def _plan(args: argparse.Namespace, selection: bool):
+    """The run's plan with the FIELD=VALUE overrides; a `selection` run does not stop early by default."""
     settings = dict(item.split("=", 1) for item in args.settings)
     profile = get_profile(args.profile)
-    settings.setdefault("pretrain_min_episodes", settings.get("pretrain_episodes", str(profile.pretrain_episodes)))
+    if selection:
+        settings.setdefault("pretrain_min_episodes", settings.get("pretrain_episodes", str(profile.pretrain_episodes)))
     # the model's own settings (lr, dropout, its options) go where --tune puts them, over the profile's
     # per-model entry for the dataset (e.g. `max_norm=none fixed_norm=10` replaces NEWS HYP's clip)
     own = {k: parse_setting(k, settings.pop(k)) for k in list(settings) if k in TUNABLE}
@@ -58,12 +68,8 @@ def main(argv: list[str] | None = None) -> None:
         per_model = dict(profile.per_model.get(args.dataset, profile.per_model.get("*")) or {})
         per_model[args.model] = {**per_model.get(args.model, {}), **own}
         profile = replace(profile, per_model={**profile.per_model, args.dataset: per_model})
-    plan = make_plan(args.dataset, profile, splits=args.split + 1, models=args.model, variants="un-tuned",
+    return make_plan(args.dataset, profile, splits=args.split + 1, models=args.model, variants="un-tuned",
                      n_fine="5", settings=settings)
-    data = load(plan.dataset, None, seed=plan.seed)
-    run = ProtocolRun(data, plan, args.out, progress=False, log=lambda m: print(m, flush=True))
-    run.pretrained(args.split, args.model)
-    _print_history(run.results["pretraining"][str(args.split)][args.model]["history"])
 
 
 def _print_history(history: list[dict]) -> None:
@@ -72,7 +78,8 @@ def _print_history(history: list[dict]) -> None:
             print(f"{record.get('step', record.get('epoch'))}\tdev_old {record['dev_acc']:.3f}\tloss {record['loss']:.3f}")
 
 
-def _show(out: Path, split: int, model: str, dataset: str, profile: str) -> None:
+def _show(args: argparse.Namespace) -> None:
+    out, split, model = args.out, args.split, args.model
     snapshot = out / "checkpoints" / f"split{split}" / f"{model}-pretrain.partial.pt"
     weights = out / "checkpoints" / f"split{split}" / f"{model}.json"
     if weights.is_file() and not snapshot.is_file():  # the finished stage's weights
@@ -94,21 +101,24 @@ def _show(out: Path, split: int, model: str, dataset: str, profile: str) -> None
         history = info["history"]
     _print_history(history)
     if model != "mlp":
-        _print_rule_outcome(history, dataset, profile, model, split)
+        _print_rule_outcome(history, args)
 
 
-def _print_rule_outcome(history: list[dict], dataset: str, profile: str, model: str, split: int) -> None:
-    """Where `profile`'s own early stopping would have ended this stage, and its best dev_old by then:
-    what the real run's stage would have kept (a selection run trains on to the budget)."""
-    plan = make_plan(dataset, profile, splits=split + 1, models=model, variants="un-tuned", n_fine="5")
-    cfg = plan.train_config("pretrain", 0, model=model)
-    split_data = make_split(load(plan.dataset, None, seed=plan.seed), plan.seed + split, plan.hp["p"])
-    chance = math.log(min(len(split_data.old_labels), cfg.max_classes))
+def _print_rule_outcome(history: list[dict], args: argparse.Namespace) -> None:
+    """Where the profile's own early stopping (with the FIELD=VALUE overrides) would have ended this
+    stage, and its best dev_old by then: what the real run's stage would have kept (a selection run
+    trains on to the budget)."""
+    if not any("dev_acc" in r for r in history):
+        return print("no dev evaluation yet")
+    plan = _plan(args, selection=False)
+    cfg = plan.train_config("pretrain", 0, model=args.model)
+    split_data = make_split(load(plan.dataset, None, seed=plan.seed), plan.seed + args.split, plan.hp["p"])
+    chance = math.log(min(len(set(split_data.pretrain.labels)), cfg.max_classes))  # as the episode sampler counts
     stop = stop_step(history, cfg, chance)
     kept = [r for r in history if "dev_acc" in r and (stop is None or r["step"] <= stop)]
     best = max(kept, key=lambda r: r["dev_acc"])  # the first of equal scores: the loop keeps strict improvements
     where = f"stops after episode {stop}" if stop is not None else "does not stop it"
-    print(f"{profile} profile's stopping rule (floor {cfg.min_steps}, patience {cfg.patience} evaluations, "
+    print(f"{args.profile} profile's stopping rule (floor {cfg.min_steps}, patience {cfg.patience} evaluations, "
           f"held at chance {cfg.hold_at_chance}): {where}; best dev_old {best['dev_acc']:.3f} at episode {best['step']}")
 
 

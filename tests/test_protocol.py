@@ -375,10 +375,12 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
 
 def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run, small_sent, tmp_path, counted):
     """A model with finished work cannot change its settings in place; --redo hyp drops HYP's cells,
-    pretraining records and weights (its stage snapshots stay: they are checked when a stage resumes)
-    and runs it again; the other models' cells stay as they were, and the same command run again
-    resumes (it discards only work of other settings). Bad --redo values are refused by name."""
+    pretraining records and fine-tuning snapshots (those started from the old weights), only once the
+    run is accepted, and runs it again; its pretraining snapshot stays (checked when the stage resumes)
+    and its weights are reused only where they fit (a fine-tuning change keeps them). The other models'
+    cells stay as they were, and the same command run again resumes. Bad --redo values are refused."""
     import shutil
+    import warnings
 
     out, results = tiny_run
     run_dir = tmp_path / "run"
@@ -386,21 +388,30 @@ def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run,
     hyp_tuned = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"max_norm": 5.0}}})
     with pytest.raises(DyntcError, match="different configuration.*for hyp"):
         reproduce(small_sent, hyp_tuned, run_dir, progress=False, log=lambda m: None)
-    snapshot = run_dir / "checkpoints" / "split0" / "hyp-pretrain.partial.pt"
-    snapshot.write_bytes(b"kept")
+    checkpoints = run_dir / "checkpoints" / "split0"
+    (checkpoints / "hyp-pretrain.partial.pt").write_bytes(b"kept")
+    (checkpoints / "hyp-fine-tuned-5.partial.pt").write_bytes(b"stale")
+    before = (run_dir / "results.json").read_text()
     for bad, match in (({"redo": "hyp,svm"}, "unknown --redo model.*svm"),
                        ({"redo": "hyp", "models": "euc"}, "--redo hyp: hyp not among --models euc"),
-                       ({"redo": "hyp", "force": True}, "not both")):
+                       ({"redo": "hyp", "force": True}, "not both"),
+                       ({"redo": "hyp", "settings": {"lr": "0.5"}}, "different configuration.*for euc, mlp")):
         with pytest.raises(DyntcError, match=match):
             reproduce(small_sent, hyp_tuned, run_dir, progress=False, log=lambda m: None, **bad)
+    # refused runs leave everything as it was
+    assert (run_dir / "results.json").read_text() == before
+    assert (checkpoints / "hyp-fine-tuned-5.partial.pt").is_file() and (checkpoints / "hyp.safetensors").is_file()
     proto, sup = counted
     messages = []
-    with pytest.warns(UserWarning, match="hyp-pretrain.partial.pt is unreadable"):  # kept until the stage looked at it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         again = reproduce(small_sent, hyp_tuned, run_dir, redo="hyp", progress=False, log=messages.append)
+    unreadable = [str(w.message) for w in caught if "unreadable" in str(w.message)]
+    assert len(unreadable) == 1 and "hyp-pretrain.partial.pt" in unreadable[0]  # kept; the fine-tuning one was not
     n_hyp = sum(1 for r in results["rows"] if r["model"] == "hyp")
-    assert any(f"--redo hyp: discarding {n_hyp} finished cells and 1 pretrained models" in m for m in messages)
+    assert any(f"--redo hyp: discarding {n_hyp} finished cells and 1 pretraining records" in m for m in messages)
     n_hyp_trained = sum(1 for r in again["rows"] if r["model"] == "hyp" and r["variant"] != "un-tuned")
-    assert proto.calls == 1 + n_hyp_trained and sup.calls == 0  # HYP pretrained again, nothing else
+    assert proto.calls == 1 + n_hyp_trained and sup.calls == 0  # HYP pretrained again (max_norm), nothing else
     assert [r for r in again["rows"] if r["model"] != "hyp"] == [r for r in results["rows"] if r["model"] != "hyp"]
     assert again["fingerprint"]["hyperparameters"]["per_model"] == {"hyp": {"max_norm": 5.0}}
     assert again["pretraining"]["0"]["hyp"]["history"] != results["pretraining"]["0"]["hyp"]["history"]
@@ -409,6 +420,29 @@ def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run,
     third = reproduce(small_sent, hyp_tuned, run_dir, redo="hyp", progress=False, log=messages.append)
     assert proto.calls == calls and third["rows"] == again["rows"]
     assert any("--redo: hyp kept" in m for m in messages)
+    # a change of how HYP is fine-tuned redoes its fine-tuned cells on the same pretrained weights
+    hyp_finetune = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"max_norm": 5.0, "finetune_lr": 0.01}}})
+    fourth = reproduce(small_sent, hyp_finetune, run_dir, redo="hyp", progress=False, log=messages.append)
+    assert proto.calls == calls + n_hyp_trained
+    assert fourth["pretraining"]["0"]["hyp"]["history"] == again["pretraining"]["0"]["hyp"]["history"]
+
+
+def test_a_stage_whose_weights_do_not_load_whole_pretrains_afresh(tiny_run, small_sent, tmp_path):
+    """Weights whose side file is damaged are loaded into the model before the damage shows: the
+    stage must still start from a fresh initialisation, as in an empty directory."""
+    import shutil
+
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    data = json.loads((run_dir / "results.json").read_text())
+    data["rows"] = [r for r in data["rows"] if r["model"] != "euc"]
+    data["pretraining"] = {s: {m: v for m, v in per.items() if m != "euc"} for s, per in data["pretraining"].items()}
+    (run_dir / "results.json").write_text(json.dumps(data))
+    (run_dir / "checkpoints" / "split0" / "euc.json").write_text("{not json")
+    again = run_tiny(small_sent, run_dir, models="euc", variants="un-tuned", n_fine="5")
+    fresh = run_tiny(small_sent, tmp_path / "fresh", models="euc", variants="un-tuned", n_fine="5")
+    assert again["pretraining"]["0"]["euc"]["history"] == fresh["pretraining"]["0"]["euc"]["history"]
 
 
 def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_rule_ends_alike(small_sent, tmp_path, counted):

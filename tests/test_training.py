@@ -15,7 +15,7 @@ from dyntc.checkpoint import load_model, save_model
 from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
-from dyntc.stopping import Patience, is_held, load_snapshot, replay, snapshot_key, stop_step
+from dyntc.stopping import Patience, ended_under, is_held, load_snapshot, replay, snapshot_key, stop_step
 from dyntc.training import (
     Encoded,
     TrainConfig,
@@ -563,6 +563,9 @@ def test_a_stage_run_to_its_budget_fits_any_rule_that_would_not_have_stopped_it(
 
     assert fits(rising, patience=1, min_steps=0)  # a rule that never stops on rising scores
     assert fits(declining, patience=2, min_steps=0)  # stops only at the last evaluation: the budget anyway
+    # ... and then says so, as a fresh loop under that rule would (it stops at the budget's evaluation)
+    assert load_snapshot(TrainConfig(**cfg, patience=2, min_steps=0, snapshot=declining), "prototypical",
+                         model=model)["result"]["stopped_early"]
     assert not fits(declining, patience=1, min_steps=0)  # would have stopped at step 20
     assert fits(declining, patience=1, min_steps=25)  # its floor holds step 20
     assert not fits(early, patience=1, min_steps=0)
@@ -572,6 +575,27 @@ def test_a_stage_run_to_its_budget_fits_any_rule_that_would_not_have_stopped_it(
     replayed = train_prototypical(again, sub, dev, TrainConfig(**cfg, patience=10, min_steps=0, snapshot=snapshot))
     assert replayed.history == result.history and replayed.steps == 30
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+
+
+def test_ended_under_replays_held_evaluations_and_epoch_histories():
+    """ended_under on synthetic histories: held evaluations (before the floor, or at a chance-level
+    loss) neither stop nor count under the new rule; a supervised loop's epochs (with an epoch-0
+    record) are its steps; a loop cut short (a time budget) fits no other rule; a bad kind is refused."""
+    cfg = TrainConfig(max_episodes=40, max_epochs=4, patience=1, min_steps=0, hold_at_chance=True)
+    history = [{"step": 10 * (i + 1), "loss": loss, "dev_acc": acc}
+               for i, (loss, acc) in enumerate([(3.0, 0.3), (2.5, 0.2), (1.0, 0.4), (0.9, 0.5)])]
+    ran = {"history": history, "stopped_early": False}
+    assert ended_under(ran, cfg, "prototypical", chance=2.0) == ran  # step 20 is held: loss 2.5 >= chance
+    assert ended_under(ran, cfg, "prototypical", chance=3.5) is None  # no hold: patience 1 stops at step 20
+    cut = {"history": history[:3], "stopped_early": False}  # ended at 30 of 40 episodes: out of time
+    assert ended_under(cut, cfg, "prototypical", chance=2.0) is None
+    epochs = {"history": [{"epoch": e, "loss": 1.0, "dev_acc": a} for e, a in enumerate([0.2, 0.3, 0.25, 0.2])],
+              "stopped_early": True}
+    assert ended_under(epochs, TrainConfig(patience=2), "supervised", chance=None) == epochs  # stops at epoch 3 too
+    assert ended_under(epochs, cfg, "supervised", chance=None) is None  # patience 1: at epoch 2, sooner
+    assert ended_under(epochs, TrainConfig(patience=3), "supervised", chance=None) is None  # would go on
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ended_under(ran, cfg, "proto", chance=None)
 
 
 def test_euclidean_warmup_trains_hyp_exactly_as_euc_then_switches(sent_encoded):

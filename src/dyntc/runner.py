@@ -347,7 +347,8 @@ def reproduce(
     the packaged glove.6B.50d; ``dyntc export-glove`` writes a dataset's subset of it). `only_splits`
     runs only those split indices now; the other splits' cells stay to do (a later call runs them).
     `redo` models (among `models`) whose settings differ from `out`'s file lose their finished cells
-    and pretrained weights there instead of the run being refused; the other models' work stays.
+    there instead of the run being refused (their pretrained weights are reused only where they fit);
+    the other models' work stays.
     """
     if not is_int(jobs) or jobs < 1:
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")

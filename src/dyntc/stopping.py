@@ -20,7 +20,7 @@ model's configuration), without the stopping rule
 the current rule, and an unfinished snapshot fits when that rule would not have stopped it before
 the saved step. So a stage whose slow start outlasts its floor can get a higher one (or the chance
 hold) without losing its work. A finished snapshot fits the rule it stopped under and any rule that
-would have ended it alike (:func:`ends_alike`: at the same evaluation, or not before its budget), as
+would have ended it alike (:func:`ended_under`: at the same evaluation, or not before its budget), as
 a run's saved pretrained weights do (dyntc.protocol.run).
 """
 
@@ -114,20 +114,26 @@ def _replayed(history: list[dict], cfg: Any, chance: float | None) -> tuple[Pati
     return rule, None
 
 
-def ends_alike(result: dict, cfg: Any, kind: str, chance: float | None) -> bool:
-    """Whether a finished loop's `result` (its ``history`` and ``stopped_early``) is also the result
-    under `cfg`'s stopping rule: replayed on the dev scores, that rule stops it at the same evaluation,
-    or, for a loop that ran to its budget (`kind` ``"prototypical"``: episodes, else epochs), not
-    before its last one. The best weights restored are then the same too."""
+LOOP_KINDS = ("prototypical", "supervised")
+
+
+def ended_under(result: dict, cfg: Any, kind: str, chance: float | None) -> dict | None:
+    """A finished loop's `result` (its ``history`` and ``stopped_early``) as the loop would have
+    returned it under `cfg`'s stopping rule, when that rule, replayed on the dev scores, ends it alike:
+    at the same evaluation, or, for a loop that ran to its budget (`kind` ``"prototypical"``:
+    episodes, ``"supervised"``: epochs), not before its last one. The best weights restored are then
+    the same; only ``stopped_early`` may change (a rule that stops at the budget's evaluation says
+    so). None when the rule would have ended it otherwise (or the result has no dev evaluation)."""
+    if kind not in LOOP_KINDS:
+        raise ValueError(f"kind must be one of {LOOP_KINDS}, got {kind!r}")
     evaluations = [r for r in result.get("history", []) if "dev_acc" in r]
     if not evaluations:
-        return False
+        return None
     last = evaluations[-1].get("step", evaluations[-1].get("epoch"))
     stop = stop_step(evaluations, cfg, chance)
-    if result.get("stopped_early"):
-        return stop == last
     budget = cfg.max_episodes if kind == "prototypical" else cfg.max_epochs
-    return last == budget and stop in (None, last)
+    alike = stop == last if result.get("stopped_early") else last == budget and stop in (None, last)
+    return {**result, "stopped_early": stop is not None} if alike else None
 
 
 def model_signature(model: nn.Module | None) -> dict:
@@ -185,7 +191,10 @@ def load_snapshot(cfg: Any, kind: str, chance: float | None = None, model: nn.Mo
         return None
     saved_rule = {"hold_at_chance": False, **split[1], **state.get("stopping", {})}
     if state.get("done"):
-        return state if saved_rule == _stopping(cfg) or ends_alike(state.get("result") or {}, cfg, kind, chance) else None
+        if saved_rule == _stopping(cfg):
+            return state
+        result = ended_under(state.get("result") or {}, cfg, kind, chance)
+        return None if result is None else {**state, "result": result}
     rule = replay(state.get("history", []), cfg, chance)
     if rule is None:
         return None

@@ -44,7 +44,7 @@ def reproduce(
     threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
-    redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells and pretrained weights in OUT "
+    redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells in OUT "
                                                      "are discarded where their settings changed (e.g. hyp's), instead of refusing the run; "
                                                      "the others' work stays, and the same command again resumes")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,

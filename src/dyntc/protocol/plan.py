@@ -279,7 +279,7 @@ PRETRAIN_STOPPING = ("pretrain_min_episodes", "pretrain_patience")
 def without_stopping_rule(view: dict) -> dict:
     """A :func:`model_view` without the pretraining stage's stopping rule: weights pretrained under
     another rule are the run's where its own rule, replayed on their dev history, ends the stage alike
-    (:func:`dyntc.stopping.ends_alike`)."""
+    (:func:`dyntc.stopping.ended_under`)."""
     hp = view.get("hyperparameters")
     if not isinstance(hp, dict):
         return view

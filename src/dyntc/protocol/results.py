@@ -99,8 +99,9 @@ class ResultsFile:
 
     Opening checks the file against the plan's fingerprint: a run with another configuration is refused,
     unless the difference concerns only models with nothing finished. `redo` models whose settings
-    changed first lose their finished work (cells, pretraining records and weights; their stage
-    snapshots stay, checked against the settings when a stage resumes). A worker process (``worker=True``) merges its rows into the file
+    changed first lose their finished cells and pretraining records, and, once the run is accepted,
+    their fine-tuned cells' snapshots (their pretrained weights and pretraining snapshots stay: a
+    stage uses them only where they fit its settings). A worker process (``worker=True``) merges its rows into the file
     and leaves the run-level fields to the parent.
     """
 
@@ -126,8 +127,7 @@ class ResultsFile:
             self.log(f"--force: discarding {len(old.get('rows', []))} finished cells in {self.out}")
             shutil.rmtree(self.out / "checkpoints", ignore_errors=True)
             return {**self._header(started=None), "rows": [], "split_info": {}, "pretraining": {}}
-        if redo:
-            self._forget(old, redo)
+        redone = self._forget(old, redo) if redo else ()
         if old.get("fingerprint") != fingerprint:
             saved = old.get("fingerprint") or {}
             finished = {r.get("model") for r in old.get("rows", [])} | {
@@ -142,31 +142,34 @@ class ResultsFile:
             # settings): their running stages' snapshots are checked against their own settings
             self.log(f"{self.path}: taking the new configuration ({difference}); "
                      f"it changes nothing for the finished work of {', '.join(sorted(finished)) or 'no model'}")
+        for model in redone:  # only now that the run is accepted: its fine-tuned cells' snapshots started
+            # from the old pretrained weights, which their keys do not name
+            for snapshot in self.out.glob(f"checkpoints/split*/{model}-fine-tuned-*.partial.pt"):
+                snapshot.unlink()
         grid = joined_grid(old, self.plan)
         old.update(self._header(started=old.get("started")))
         old.update(grid)
         return old
 
-    def _forget(self, old: dict, models: tuple[str, ...]) -> None:
-        """``--redo``: drop the finished cells, pretraining records and pretrained weights of those of
-        `models` whose settings differ from the file's. A model whose settings are the file's keeps its
-        work, so that the same command line run again resumes instead of starting over."""
+    def _forget(self, old: dict, models: tuple[str, ...]) -> tuple[str, ...]:
+        """``--redo``: drop from `old` the finished cells and pretraining records of those of `models`
+        whose settings differ from the file's, and return them. A model whose settings are the file's
+        keeps its work, so that the same command line run again resumes instead of starting over. Their
+        pretrained weights stay on disk: a stage uses them only where they fit its settings."""
         saved, fingerprint = old.get("fingerprint") or {}, self.plan.fingerprint()
         changed = tuple(m for m in models if model_view(saved, m) != model_view(fingerprint, m))
         if set(models) - set(changed):
             self.log(f"--redo: {', '.join(m for m in models if m not in changed)} kept: the settings are those of "
                      f"its finished work in {self.out} (resuming)")
         if not changed:
-            return
+            return ()
         rows = old.get("rows") or []
         old["rows"] = [r for r in rows if r.get("model") not in changed]
-        pretrained = 0
-        for split, by_model in (old.get("pretraining") or {}).items():
-            for model in changed:
-                pretrained += by_model.pop(model, None) is not None
-                (self.out / "checkpoints" / f"split{split}" / f"{model}.safetensors").unlink(missing_ok=True)
+        pretrained = sum(by_model.pop(m, None) is not None
+                         for by_model in (old.get("pretraining") or {}).values() for m in changed)
         self.log(f"--redo {','.join(changed)}: discarding {len(rows) - len(old['rows'])} finished cells and "
-                 f"{pretrained} pretrained models in {self.out} (other settings: {describe_difference(saved, fingerprint)})")
+                 f"{pretrained} pretraining records in {self.out} (other settings: {describe_difference(saved, fingerprint)})")
+        return changed
 
     def _header(self, started: str | None) -> dict:
         plan = self.plan

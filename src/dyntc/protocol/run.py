@@ -36,7 +36,7 @@ from dyntc.protocol.evaluation import (
 from dyntc.protocol.features import RunEncoders
 from dyntc.protocol.plan import PRETRAIN_STOPPING, RunPlan, cell_key, derive_seed, model_view, without_stopping_rule
 from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
-from dyntc.stopping import ends_alike
+from dyntc.stopping import ended_under
 from dyntc.training import (
     Encoded,
     TrainConfig,
@@ -192,23 +192,25 @@ class ProtocolRun:
 
         write_report(self.results, self.out)
 
-    def _weights_fit(self, info: dict, model_name: str, n_classes: int) -> bool | str:
-        """Whether saved pretrained weights (their `info`) are this run's: True when pretrained with its
-        settings; a note saying so when pretrained under another stopping rule (e.g. a selection run of
-        scripts/pretrain_stage.py, which does not stop early) that the run's own rule, replayed on their
-        dev history, ends alike; else False."""
+    def _weights_fit(self, info: dict, model_name: str, pretrain: Encoded) -> dict | None:
+        """Saved pretrained weights' `info` if they are this run's: pretrained with its settings, or
+        under another stopping rule (e.g. a selection run of scripts/pretrain_stage.py, which does not
+        stop early) that the run's own rule, replayed on their dev history, ends alike (then `info` as
+        the run's rule would have ended it, with a note); else None."""
         saved = model_view(info.get("fingerprint") or {}, model_name, pretraining=True)
         now = model_view(self.plan.fingerprint(), model_name, pretraining=True)
         if saved == now:
-            return True
+            return info
         if without_stopping_rule(saved) != without_stopping_rule(now):
-            return False
+            return None
         cfg = self.plan.train_config("pretrain", 0, model=model_name)
-        kind, chance = ("supervised", None) if model_name == "mlp" else ("prototypical", math.log(min(cfg.max_classes, n_classes)))
-        if not ends_alike(info, cfg, kind, chance):
-            return False
+        n_way = min(cfg.max_classes, len(np.unique(pretrain.labels)))  # as the episode sampler counts them
+        kind, chance = ("supervised", None) if model_name == "mlp" else ("prototypical", math.log(n_way))
+        ended = ended_under(info, cfg, kind, chance)
+        if ended is None:
+            return None
         rule = {k: saved["hyperparameters"].get(k) for k in PRETRAIN_STOPPING}
-        return f"pretrained under another stopping rule ({rule}), which this run's ends alike"
+        return {**ended, "note": f"pretrained under another stopping rule ({rule}), which this run's ends alike"}
 
     def split_data(self, s: int) -> SplitData:
         """The featurized sets of split `s` (made once per process; every process makes the same)."""
@@ -291,13 +293,12 @@ class ProtocolRun:
         model = self.new_model(model_name, d.enc0, d.seed, len(d.pretrain.classes))
         path = self.out / "checkpoints" / f"split{s}" / f"{model_name}.safetensors"
         info = load_weights(path, model)
-        fit = self._weights_fit(info, model_name, len(d.pretrain.classes)) if info is not None else None
-        if fit:
-            self.log(f"split {s} {model_name}: pretrained weights loaded from {path}" + (f" ({fit})" if fit is not True else ""))
-            if fit is not True:
-                info = {**info, "note": fit}
+        info = self._weights_fit(info, model_name, d.pretrain) if info is not None else None
+        if info is not None:
+            self.log(f"split {s} {model_name}: pretrained weights loaded from {path}"
+                     + (f" ({info['note']})" if "note" in info else ""))
         else:
-            if info is not None:  # weights of other settings were loaded: they must not be the stage's start
+            if path.is_file():  # weights of other settings (or a part of them) were loaded: not the stage's start
                 model = self.new_model(model_name, d.enc0, d.seed, len(d.pretrain.classes))
             snapshot = self._snapshot(s, model_name, "pretrain")
             result = self._train_pretraining(model, model_name, d, snapshot)
