@@ -15,6 +15,7 @@ finished weights (used as they are, with a note in results.json) into the run's 
 history a stage's snapshot holds, without training (or, for a run directory, the finished stage's
 history in its results.json: `--show docs/runs/news-sru-paper --split 1`), and where the profile's
 own rule would stop that history with its best dev_old by then: what the real run's stage keeps.
+`--against RUN[:MODEL]` adds a run's own stage (or another model's) beside it, evaluation by evaluation.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split", type=int, default=2)
     ap.add_argument("--profile", default="paper")
     ap.add_argument("--show", action="store_true", help="print the history of OUT's snapshot of the stage and stop")
+    ap.add_argument("--against", type=Path, action="append", default=[], metavar="RUN",
+                    help="with --show: also the dev_old of RUN's same stage at each evaluation (repeatable; "
+                         "RUN:MODEL for another model's, e.g. docs/runs/news-sru-paper:euc)")
     args = ap.parse_args(argv)
     if args.show:
         return _show(args)
@@ -72,10 +76,26 @@ def _plan(args: argparse.Namespace, selection: bool):
                      n_fine="5", settings=settings)
 
 
-def _print_history(history: list[dict]) -> None:
+def _print_history(history: list[dict], others: list[tuple[str, dict]] = ()) -> None:
+    print("\t".join(["step", "dev_old", "loss", *(name for name, _ in others)]))
     for record in history:
         if "dev_acc" in record:
-            print(f"{record.get('step', record.get('epoch'))}\tdev_old {record['dev_acc']:.3f}\tloss {record['loss']:.3f}")
+            step = record.get("step", record.get("epoch"))
+            theirs = [f"{scores[step]:.3f}" if step in scores else "" for _, scores in others]
+            print("\t".join([str(step), f"{record['dev_acc']:.3f}", f"{record['loss']:.3f}", *theirs]))
+
+
+def _run_history(spec: Path, split: int, model: str) -> tuple[str, dict]:
+    """(name, {step: dev_old}) of a run's finished pretraining stage; `spec` is RUN or RUN:MODEL."""
+    run, _, other = str(spec).partition(":")
+    model = other or model
+    results = Path(run) / "results.json"
+    try:
+        info = json.loads(results.read_text())["pretraining"][str(split)][model]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"--against {spec}: no finished {model} pretraining of split {split} in {results} ({exc!r})")
+    scores = {r.get("step", r.get("epoch")): r["dev_acc"] for r in info["history"] if "dev_acc" in r}
+    return f"{Path(run).name}:{model}", scores
 
 
 def _show(args: argparse.Namespace) -> None:
@@ -99,7 +119,7 @@ def _show(args: argparse.Namespace) -> None:
                              f"pretraining in {results} (give the OUT, --split and --model of the stage)")
         print(f"{results}: split {split}, {model}, {info['steps']} steps, {info.get('machine', '')}")
         history = info["history"]
-    _print_history(history)
+    _print_history(history, [_run_history(spec, split, model) for spec in args.against])
     if model != "mlp":
         _print_rule_outcome(history, args)
 
