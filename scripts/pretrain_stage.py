@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +32,7 @@ from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
 from dyntc.protocol import ProtocolRun, get_profile, make_plan
 from dyntc.protocol.profiles import TUNABLE, parse_setting
-from dyntc.stopping import stop_step
+from dyntc.stopping import chance_loss, stop_step
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,7 +132,7 @@ def _print_rule_outcome(history: list[dict], args: argparse.Namespace) -> None:
     plan = _plan(args, selection=False)
     cfg = plan.train_config("pretrain", 0, model=args.model)
     split_data = make_split(load(plan.dataset, None, seed=plan.seed), plan.seed + args.split, plan.hp["p"])
-    chance = math.log(min(len(set(split_data.pretrain.labels)), cfg.max_classes))  # as the episode sampler counts
+    chance = chance_loss(split_data.pretrain.labels, cfg.max_classes)
     stop = stop_step(history, cfg, chance)
     kept = [r for r in history if "dev_acc" in r and (stop is None or r["step"] <= stop)]
     best = max(kept, key=lambda r: r["dev_acc"])  # the first of equal scores: the loop keeps strict improvements

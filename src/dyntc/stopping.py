@@ -27,6 +27,7 @@ a run's saved pretrained weights do (dyntc.protocol.run).
 from __future__ import annotations
 
 import ast
+import math
 import copy
 import dataclasses
 import time
@@ -34,6 +35,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -115,6 +117,12 @@ def _replayed(history: list[dict], cfg: Any, chance: float | None) -> tuple[Pati
 
 
 LOOP_KINDS = ("prototypical", "supervised")
+
+
+def chance_loss(labels: Any, max_classes: int) -> float:
+    """The episodic loss of uniform logits, ``ln N_C``, for episodes drawn from these training labels
+    (as the episode sampler counts classes: those present, at most `max_classes`)."""
+    return math.log(min(max_classes, len(set(np.asarray(labels).tolist()))))
 
 
 def ended_under(result: dict, cfg: Any, kind: str, chance: float | None) -> dict | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import shutil
 import tempfile
 import time
@@ -36,7 +35,7 @@ from dyntc.protocol.evaluation import (
 from dyntc.protocol.features import RunEncoders
 from dyntc.protocol.plan import PRETRAIN_STOPPING, RunPlan, cell_key, derive_seed, model_view, without_stopping_rule
 from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
-from dyntc.stopping import ended_under
+from dyntc.stopping import chance_loss, ended_under
 from dyntc.training import (
     Encoded,
     TrainConfig,
@@ -204,8 +203,7 @@ class ProtocolRun:
         if without_stopping_rule(saved) != without_stopping_rule(now):
             return None
         cfg = self.plan.train_config("pretrain", 0, model=model_name)
-        n_way = min(cfg.max_classes, len(np.unique(pretrain.labels)))  # as the episode sampler counts them
-        kind, chance = ("supervised", None) if model_name == "mlp" else ("prototypical", math.log(n_way))
+        kind, chance = ("supervised", None) if model_name == "mlp" else ("prototypical", chance_loss(pretrain.labels, cfg.max_classes))
         ended = ended_under(info, cfg, kind, chance)
         if ended is None:
             return None
