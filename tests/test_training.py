@@ -38,6 +38,9 @@ FAST_LR = 1e-2
 @pytest.fixture(scope="module")
 def sent_encoded(sent):
     classes = sent.labels
+    # torch's default generator starts from a random seed in each process: without this the encoder's
+    # initial weights, and so every trajectory a test below pins (e.g. where patience stops), vary by run
+    torch.manual_seed(0)
     encoder = create_encoder("sru", sent.train.texts, **SMALL)
     train, dev, test = (Encoded.of(encoder, s.texts, s.labels, classes) for s in (sent.train, sent.dev, sent.test))
     majority = Counter(test.labels.tolist()).most_common(1)[0][1] / len(test)
@@ -495,7 +498,9 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
     saved scores would have stopped the loop under it."""
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))
-    cfg = dict(lr=FAST_LR, max_episodes=60, eval_every=10, patience=1, eval_support_per_class=20, seed=2, progress=False)
+    # budget 50: dev accuracy still rises by ~5 points from step 40 to 50, so no machine's float
+    # rounding stops the uninterrupted loop early (from 50 to 60 it rose by 0.3, a knife edge)
+    cfg = dict(lr=FAST_LR, max_episodes=50, eval_every=10, patience=1, eval_support_per_class=20, seed=2, progress=False)
 
     def model():
         torch.manual_seed(0)
@@ -528,9 +533,9 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
     assert resumed.history == expected.history and resumed.steps == expected.steps
     assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), resumed_model.state_dict().values()))
     # the finished stage's snapshot holds a result decided under floor 40: it fits that floor, and
-    # floor 50 only because it ran to its budget (see the next test)
+    # floor 50 (the budget) only because it ran to its budget (see the next test)
     assert load_snapshot(TrainConfig(**cfg, min_steps=40, snapshot=snapshot), "prototypical", model=probe)["done"]
-    assert expected.steps == 60 and not expected.stopped_early
+    assert expected.steps == 50 and not expected.stopped_early
     assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical", model=probe)["done"]
 
 
