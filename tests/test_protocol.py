@@ -181,6 +181,10 @@ def test_profiles_resolve_per_dataset():
     assert (paper["hidden_size"], paper["num_layers"]) == (128, 4)
     assert make_plan("wos", "paper").hp["dropout"] == 0.3
     assert make_plan("sent", "paper").n_fine == (5, 10, 20, 100)
+    # NEWS's HYP warms up with the Euclidean metric at EUC's rate (chosen on dev_old); SENT's does not
+    news_hyp = make_plan("news", "paper").train_config("pretrain", 0, model="hyp")
+    assert (news_hyp.euclidean_warmup, news_hyp.euclidean_warmup_lr, news_hyp.lr) == (2000, 1e-3, 3e-4)
+    assert make_plan("sent", "paper").train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
     quick = make_plan("news", "quick")
     assert quick.hp["max_len"] == 128 and make_plan("sent", "quick").hp["max_len"] == 32
     # the selection of cells is not part of the fingerprint, hyperparameters are
