@@ -145,7 +145,9 @@ def test_finetune_lr_reaches_only_the_fine_tuning_stages_and_old_fingerprints_ho
     run = protocol.ProtocolRun(small_sent, plan, tmp_path, progress=False, log=lambda msg: None)
     assert run._cfg("pretrain", 0, model="euc").lr == plan.hp["lr"] == 3e-3
     assert run._cfg("finetune", 0, model="euc").lr == 2e-4
-    assert run._cfg("finetune", 0, model="mlp").lr == 1e-2  # quick's per_model entry for SENT's MLP is more specific
+    # --set wins over quick's per_model entry for SENT's MLP (finetune_lr 1e-2); the entry's fitted head stays
+    assert run._cfg("finetune", 0, model="mlp").lr == 2e-4 and run._cfg("finetune", 0, model="mlp").fit_head
+    assert make_plan("sent", "quick").train_config("finetune", 0, model="mlp").lr == 1e-2
     unset = make_plan("sent", "quick", settings={"finetune_lr": "none"})
     plain = protocol.ProtocolRun(small_sent, unset, tmp_path / "b", progress=False, log=lambda msg: None)
     assert plain._cfg("finetune", 0, model="hyp").lr == unset.hp["lr"]
@@ -185,6 +187,10 @@ def test_profiles_resolve_per_dataset():
     news_hyp = make_plan("news", "paper").train_config("pretrain", 0, model="hyp")
     assert (news_hyp.euclidean_warmup, news_hyp.euclidean_warmup_lr, news_hyp.lr) == (2000, 1e-3, 3e-4)
     assert make_plan("sent", "paper").train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
+    # --set wins over a per-model entry of the same field (NEWS HYP's lr 3e-4), for every model
+    faster = make_plan("news", "paper", settings={"lr": "1e-3"})
+    assert {faster.train_config("pretrain", 0, model=m).lr for m in ("mlp", "euc", "hyp")} == {1e-3}
+    assert faster.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000  # the entry's other fields stay
     quick = make_plan("news", "quick")
     assert quick.hp["max_len"] == 128 and make_plan("sent", "quick").hp["max_len"] == 32
     # the selection of cells is not part of the fingerprint, hyperparameters are

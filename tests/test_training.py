@@ -720,12 +720,17 @@ def test_euclidean_warmup_lr_reaches_only_hyp_pretraining_with_a_warmup():
     assert (pre.lr, pre.euclidean_warmup, pre.euclidean_warmup_lr) == (3e-4, 2000, 1e-3)
     assert plan.train_config("finetune", 0, model="hyp").euclidean_warmup_lr is None
     assert plan.train_config("pretrain", 0, model="euc").euclidean_warmup_lr is None
-    # a rate without a warm-up is refused when the run is planned, before any work
+    # a rate without a warm-up is refused when the run is planned, before any work (SENT: its profile
+    # has no warm-up; NEWS's `paper` HYP has one)
     with pytest.raises(DyntcError, match="set euclidean_warmup"):
-        make_plan("news", PAPER, settings={"euclidean_warmup_lr": "1e-3"})
-    assert make_plan("news", PAPER, models="euc", settings={"euclidean_warmup_lr": "1e-3"})  # no HYP: nothing to warm
-    both = make_plan("news", PAPER, settings={"euclidean_warmup": "100", "euclidean_warmup_lr": "1e-3"})
-    base = make_plan("news", PAPER).fingerprint()
+        make_plan("sent", PAPER, settings={"euclidean_warmup_lr": "1e-3"})
+    with pytest.raises(DyntcError, match="or euclidean_warmup_lr=none"):
+        make_plan("news", PAPER, settings={"euclidean_warmup": "0"})
+    off = make_plan("news", PAPER, settings={"euclidean_warmup": "0", "euclidean_warmup_lr": "none"})
+    assert off.train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
+    assert make_plan("sent", PAPER, models="euc", settings={"euclidean_warmup_lr": "1e-3"})  # no HYP: nothing to warm
+    both = make_plan("sent", PAPER, settings={"euclidean_warmup": "100", "euclidean_warmup_lr": "1e-3"})
+    base = make_plan("sent", PAPER).fingerprint()
     assert model_view(both.fingerprint(), "euc") == model_view(base, "euc")
     assert model_view(both.fingerprint(), "hyp") != model_view(base, "hyp")
     assert "euclidean_warmup_lr" not in json.dumps(base)

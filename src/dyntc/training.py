@@ -92,8 +92,9 @@ class TrainConfig:
             if not (is_number(self.euclidean_warmup_lr) and self.euclidean_warmup_lr > 0):
                 raise DyntcError(f"euclidean_warmup_lr must be None (the lr) or a number > 0, got {self.euclidean_warmup_lr!r}")
             if not self.euclidean_warmup:
-                raise DyntcError("euclidean_warmup_lr is the learning rate of the Euclidean warm-up: "
-                                 "set euclidean_warmup (episodes) too, or leave it None")
+                raise DyntcError(f"euclidean_warmup_lr={self.euclidean_warmup_lr} is the learning rate of the Euclidean "
+                                 "warm-up, which is off (euclidean_warmup=0): set euclidean_warmup (episodes) too, "
+                                 "or euclidean_warmup_lr=none")
         if not 0 <= self.hard_fraction <= 0.5:
             raise DyntcError(f"hard_fraction must be in [0, 0.5], got {self.hard_fraction}")
         if not self.lr > 0:

@@ -38,7 +38,7 @@ def reproduce(
     seed: Annotated[int, typer.Option(help="Base seed: split k uses seed + k")] = 0,
     only_splits: Annotated[Optional[str], typer.Option("--only-splits", help="Run only these split indices now, e.g. 2 or 0,3 "
                                                        "(the others' cells stay to do; a later run with the same --out does them)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a profile field, e.g. --set pretrain_episodes=2000 (repeatable)")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a profile field for every model (over a per-model entry of the profile too), e.g. --set pretrain_episodes=2000 (repeatable)")] = None,
     device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda" if torch.cuda.is_available() else "cpu",
     data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
     threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,

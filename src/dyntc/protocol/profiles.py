@@ -265,6 +265,8 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
     """A copy of `profile` with fields set from ``{"field": "value"}`` strings (``--set field=value``).
 
     Per-dataset fields are set for every dataset; tuples take comma-separated values; ``none`` = None.
+    A field that ``per_model`` also sets (e.g. NEWS HYP's ``lr``) is dropped from every per-model entry,
+    so the value given applies to every model, as ``--set`` says.
     """
     if not settings:
         return profile
@@ -293,6 +295,11 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
             expected = {"int": "an integer", "float": "a number", "tuple": "comma-separated integers"}
             raise DyntcError(f"setting {key}={raw!r}: expected {expected.get(type(sample).__name__, 'a number')}") from None
         changes[key] = {"*": value} if isinstance(current, dict) else value
+    shadowed = set(changes) & set(PER_MODEL_SETTINGS)
+    if shadowed:
+        changes["per_model"] = {dataset: {model: {k: v for k, v in values.items() if k not in shadowed}
+                                          for model, values in (models or {}).items()}
+                                for dataset, models in profile.per_model.items()}
     return replace(profile, **changes)
 
 
