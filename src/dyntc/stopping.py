@@ -27,9 +27,9 @@ a run's saved pretrained weights do (dyntc.protocol.run).
 from __future__ import annotations
 
 import ast
-import math
 import copy
 import dataclasses
+import math
 import time
 import warnings
 from pathlib import Path
