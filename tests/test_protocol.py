@@ -259,6 +259,9 @@ def test_tiny_run_schema(tiny_run, small_sent):
             assert r["train_seconds"] == 0.0 and r["steps"] == 0
         else:
             assert r["steps"] > 0
+            # the stage's dev history: its evaluations, the best of them the row's best_dev_acc
+            assert r["history"] and max(h["dev_acc"] for h in r["history"] if "dev_acc" in h) == r["best_dev_acc"]
+            assert all(h.get("step", 0) <= r["steps"] for h in r["history"])  # (the MLP's history counts epochs)
     info = on_disk["split_info"]["0"]
     assert len(info["removed"]) == 3 and sorted(info["removed"]) == info["new_classes"]
     assert set(info["old_labels"]) | set(info["removed"]) == set(info["new_labels"]) == set(small_sent.labels)

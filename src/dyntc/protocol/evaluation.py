@@ -75,7 +75,9 @@ def accuracies(pred: np.ndarray, truth: np.ndarray, new_mask: np.ndarray) -> dic
 
 
 def train_info(result: TrainResult | None) -> dict[str, Any]:
-    """A training stage's record in a result row (none for the un-tuned variant)."""
+    """A training stage's record in a result row (none for the un-tuned variant): its dev history too,
+    so that where a cell's early stopping peaked can be read from ``results.json`` (docs/results.md §8)."""
     if result is None:
         return {"steps": 0, "stopped_early": None, "best_dev_acc": None}
-    return {"steps": result.steps, "stopped_early": result.stopped_early, "best_dev_acc": result.best_dev_acc}
+    return {"steps": result.steps, "stopped_early": result.stopped_early, "best_dev_acc": result.best_dev_acc,
+            "history": result.history}

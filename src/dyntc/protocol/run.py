@@ -301,7 +301,7 @@ class ProtocolRun:
             snapshot = self._snapshot(s, model_name, "pretrain")
             result = self._train_pretraining(model, model_name, d, snapshot)
             info = {"fingerprint": self.plan.fingerprint(), "seconds": result.seconds, "machine": self._machine, **train_info(result),
-                    "n_train": len(d.pretrain), "n_dev": len(d.dev_old), "history": result.history}
+                    "n_train": len(d.pretrain), "n_dev": len(d.dev_old)}
             save_weights(path, model, info)
             snapshot.unlink(missing_ok=True)
             self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
