@@ -5,6 +5,9 @@
         # paired: mean over the splits both runs have of (acc_all here − acc_all in OTHER), same cell
     python scripts/compare_runs.py RUN/results.json --versus euc --per-split
         # paired within one run: every model's cell minus EUC's, same variant, n_fine and split
+    python scripts/compare_runs.py RUN/results.json --versus-variant un-tuned
+        # the gain of fine-tuning: every cell minus the same model's un-tuned cell, same n_fine and split;
+        # [the paper's difference] where its tables print both (Table 2 fine-tuned, Table 3 un-tuned)
 Options: --splits 0,2,4 (only those splits), --field best_dev_acc (the early-stopping dev accuracy
 instead of the test accuracy; no paper numbers then), --per-split (each split's figure too).
 
@@ -80,17 +83,37 @@ def paired(results: dict, ours: dict, theirs: dict, per_split: bool, versus: str
             print(f"{model} {variant:10s} " + " | ".join(out))
 
 
+def versus_variant(results: dict, ours: dict, base_variant: str, per_split: bool) -> None:
+    """Each cell minus the same model's `base_variant` cell, same n_fine and split."""
+    for model, variant in ROWS:
+        if variant == base_variant:
+            continue
+        out = []
+        for n in sorted({r["n_fine"] for r in results["rows"]}):
+            d = sorted((k[3], ours[k] - ours[(model, base_variant, n, k[3])]) for k in ours
+                       if k[:3] == (model, variant, n) and (model, base_variant, n, k[3]) in ours)
+            if not d:
+                continue
+            each = f" ({', '.join(f's{s} {x:+.1f}' for s, x in d)})" if per_split else ""
+            pm, pb = paper_value(results["dataset"], model, variant, n)[0], paper_value(results["dataset"], model, base_variant, n)[0]
+            paper = f" [{pm - pb:+.1f}]" if pm is not None and pb is not None else ""
+            out.append(f"{n}: {np.mean([x for _, x in d]):+.1f} (n={len(d)}){paper}{each}")
+        if out:
+            print(f"{model} {variant:10s} " + " | ".join(out))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
     ap.add_argument("--base", type=Path, help="another run's results.json: paired differences instead of the paper")
     ap.add_argument("--versus", help="a model of the same run (e.g. euc): paired differences against it")
+    ap.add_argument("--versus-variant", help="a variant (e.g. un-tuned): each cell minus that variant's, same model")
     ap.add_argument("--splits", help="comma-separated split indices (default: all)")
     ap.add_argument("--field", default="acc_all", choices=("acc_all", "acc_new", "acc_old", "best_dev_acc"))
     ap.add_argument("--per-split", action="store_true", help="print each split's figure too")
     args = ap.parse_args()
-    if args.base is not None and args.versus is not None:
-        ap.error("--base and --versus: give one of them")
+    if sum(x is not None for x in (args.base, args.versus, args.versus_variant)) > 1:
+        ap.error("--base, --versus and --versus-variant: give one of them")
     try:
         splits = None if args.splits is None else {int(x) for x in args.splits.split(",") if x.strip()}
     except ValueError:
@@ -102,6 +125,8 @@ def main() -> None:
         paired(results, ours, cells(base, args.field, splits), args.per_split)
     elif args.versus is not None:
         paired(results, ours, ours, args.per_split, versus=args.versus)
+    elif args.versus_variant is not None:
+        versus_variant(results, ours, args.versus_variant, args.per_split)
     else:
         versus_paper(results, ours, args.per_split, with_paper=args.field == "acc_all")
 

@@ -877,3 +877,20 @@ def test_killing_a_parallel_run_stops_its_workers(tmp_path, signum):
         for w in workers + _children(parent.pid):
             if _alive(w):
                 os.kill(w, signal.SIGKILL)
+
+
+def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(capsys):
+    """scripts/compare_runs.py --versus-variant: the gain of fine-tuning, split by split, beside the
+    paper's (its Table 2 fine-tuned minus its Table 3 un-tuned, where both print the n_fine)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import compare_runs
+    finally:
+        sys.path.pop(0)
+    rows = [{"model": "euc", "variant": v, "n_fine": 5, "split": s, "acc_all": a}
+            for v, s, a in (("fine-tuned", 0, 0.60), ("un-tuned", 0, 0.55), ("fine-tuned", 1, 0.50), ("un-tuned", 1, 0.52),
+                            ("fine-tuned", 2, 0.70))]  # split 2 has no un-tuned cell: not paired
+    results = {"dataset": "news", "rows": rows}
+    compare_runs.versus_variant(results, compare_runs.cells(results), "un-tuned", per_split=True)
+    # (+5.0 − 2.0) / 2 = +1.5; the paper's NEWS EUC at 5: 56.5 fine-tuned − 53.2 un-tuned = +3.3
+    assert capsys.readouterr().out.split() == "euc fine-tuned 5: +1.5 (n=2) [+3.3] (s0 +5.0, s1 -2.0)".split()
