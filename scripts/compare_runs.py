@@ -8,7 +8,7 @@
     python scripts/compare_runs.py RUN/results.json --versus-variant un-tuned
         # the gain of fine-tuning: every cell minus the same model's un-tuned cell, same n_fine and split;
         # [the paper's difference] where its tables print both (Table 2 fine-tuned, Table 3 un-tuned)
-Options: --splits 0,2,4 (only those splits), --field best_dev_acc (the early-stopping dev accuracy
+Options: --markdown (against the paper, as a table), --splits 0,2,4 (only those splits), --field best_dev_acc (the early-stopping dev accuracy
 instead of the test accuracy; no paper numbers then), --per-split (each split's figure too).
 
 SE of the difference to the paper: sqrt(s_ours²/n + s_paper²/5), with the paper's std where its
@@ -66,6 +66,33 @@ def versus_paper(results: dict, ours: dict, per_split: bool, with_paper: bool) -
             print(f"{model} {variant:10s} " + " | ".join(out))
 
 
+NAMES = {("mlp", "un-tuned"): "MLP-KNN (un-tuned)"}
+
+
+def markdown_table(results: dict, ours: dict) -> None:
+    """The versus-paper figures as a markdown table: mean ± std [paper's mean], bold where ours is more
+    than 2 points under the paper (the bar of issue 11); `(n=k)` where fewer splits have the cell."""
+    ns = sorted({r["n_fine"] for r in results["rows"]})
+    splits = results.get("splits") or max(k[3] for k in ours) + 1
+    print(f"| {results['dataset'].upper()} | " + " | ".join(f"n_fine {n}" if i == 0 else str(n) for i, n in enumerate(ns)) + " |")
+    print("|---|" + "---|" * len(ns))
+    for model, variant in ROWS:
+        out = []
+        for n in ns:
+            v = [a for k, a in ours.items() if k[:3] == (model, variant, n)]
+            if not v:
+                out.append("")
+                continue
+            mean = float(np.mean(v))
+            sd = f" ± {np.std(v, ddof=1):.1f}" if len(v) > 1 else ""
+            pm = paper_value(results["dataset"], model, variant, n)[0]
+            figure = f"**{mean:.1f}**" if pm is not None and mean < pm - 2 else f"{mean:.1f}"
+            out.append(figure + sd + (f" (n={len(v)})" if len(v) < splits else "") + (f" [{pm}]" if pm is not None else ""))
+        if any(out):
+            name = NAMES.get((model, variant), f"{model.upper()} {variant}")
+            print(f"| {name} | " + " | ".join(out) + " |")
+
+
 def paired(results: dict, ours: dict, theirs: dict, per_split: bool, versus: str | None = None) -> None:
     """Differences ours − theirs per (model, variant, n_fine), same split; with `versus`, theirs is that
     model's cell of the same variant, n_fine and split."""
@@ -111,6 +138,7 @@ def main() -> None:
     ap.add_argument("--splits", help="comma-separated split indices (default: all)")
     ap.add_argument("--field", default="acc_all", choices=("acc_all", "acc_new", "acc_old", "best_dev_acc"))
     ap.add_argument("--per-split", action="store_true", help="print each split's figure too")
+    ap.add_argument("--markdown", action="store_true", help="against the paper: a markdown table (docs/results.md §3)")
     args = ap.parse_args()
     if sum(x is not None for x in (args.base, args.versus, args.versus_variant)) > 1:
         ap.error("--base, --versus and --versus-variant: give one of them")
@@ -127,6 +155,8 @@ def main() -> None:
         paired(results, ours, ours, args.per_split, versus=args.versus)
     elif args.versus_variant is not None:
         versus_variant(results, ours, args.versus_variant, args.per_split)
+    elif args.markdown:
+        markdown_table(results, ours)
     else:
         versus_paper(results, ours, args.per_split, with_paper=args.field == "acc_all")
 

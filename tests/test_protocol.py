@@ -894,3 +894,13 @@ def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(
     compare_runs.versus_variant(results, compare_runs.cells(results), "un-tuned", per_split=True)
     # (+5.0 − 2.0) / 2 = +1.5; the paper's NEWS EUC at 5: 56.5 fine-tuned − 53.2 un-tuned = +3.3
     assert capsys.readouterr().out.split() == "euc fine-tuned 5: +1.5 (n=2) [+3.3] (s0 +5.0, s1 -2.0)".split()
+    # --markdown: ours ± std [paper], bold more than 2 points under the paper; (n=k) where splits are missing
+    results["splits"] = 3
+    compare_runs.markdown_table(results, compare_runs.cells(results))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| NEWS | n_fine 5 |"
+    assert lines[2] == "| EUC fine-tuned | 60.0 ± 10.0 [56.5] |"  # 60.0 >= 56.5 - 2: not bold
+    assert lines[3] == "| EUC un-tuned | 53.5 ± 2.1 (n=2) [53.2] |"
+    results["rows"] = [dict(r, acc_all=r["acc_all"] - 0.1) for r in rows]
+    compare_runs.markdown_table(results, compare_runs.cells(results))
+    assert "| EUC fine-tuned | **50.0** ± 10.0 [56.5] |" in capsys.readouterr().out
