@@ -134,7 +134,8 @@ def main() -> None:
     ap.add_argument("results", type=Path)
     ap.add_argument("--base", type=Path, help="another run's results.json: paired differences instead of the paper")
     ap.add_argument("--versus", help="a model of the same run (e.g. euc): paired differences against it")
-    ap.add_argument("--versus-variant", help="a variant (e.g. un-tuned): each cell minus that variant's, same model")
+    ap.add_argument("--versus-variant", choices=("fine-tuned", "un-tuned", "scratch"),
+                    help="a variant (e.g. un-tuned): each cell minus that variant's, same model")
     ap.add_argument("--splits", help="comma-separated split indices (default: all)")
     ap.add_argument("--field", default="acc_all", choices=("acc_all", "acc_new", "acc_old", "best_dev_acc"))
     ap.add_argument("--per-split", action="store_true", help="print each split's figure too")
@@ -142,6 +143,8 @@ def main() -> None:
     args = ap.parse_args()
     if sum(x is not None for x in (args.base, args.versus, args.versus_variant)) > 1:
         ap.error("--base, --versus and --versus-variant: give one of them")
+    if args.markdown and (args.base or args.versus or args.versus_variant or args.field != "acc_all"):
+        ap.error("--markdown prints a run's acc_all against the paper: leave out --base, --versus, --versus-variant and --field")
     try:
         splits = None if args.splits is None else {int(x) for x in args.splits.split(",") if x.strip()}
     except ValueError:

@@ -879,7 +879,7 @@ def test_killing_a_parallel_run_stops_its_workers(tmp_path, signum):
                 os.kill(w, signal.SIGKILL)
 
 
-def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(capsys):
+def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(capsys, monkeypatch):
     """scripts/compare_runs.py --versus-variant: the gain of fine-tuning, split by split, beside the
     paper's (its Table 2 fine-tuned minus its Table 3 un-tuned, where both print the n_fine)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -904,3 +904,11 @@ def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(
     results["rows"] = [dict(r, acc_all=r["acc_all"] - 0.1) for r in rows]
     compare_runs.markdown_table(results, compare_runs.cells(results))
     assert "| EUC fine-tuned | **50.0** ± 10.0 [56.5] |" in capsys.readouterr().out
+    # what --markdown cannot combine with is refused by name, not ignored
+    never_read = Path(__file__).parent / "_unused.json"  # the arguments are refused before it is opened
+    for bad in (["--markdown", "--versus", "euc"], ["--markdown", "--field", "acc_new"], ["--versus-variant", "tuned"]):
+        with pytest.raises(SystemExit):
+            monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(never_read), *bad])
+            compare_runs.main()
+    err = capsys.readouterr().err
+    assert "--markdown prints a run's acc_all" in err and "invalid choice: 'tuned'" in err
