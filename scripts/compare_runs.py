@@ -8,6 +8,8 @@
     python scripts/compare_runs.py RUN/results.json --versus-variant un-tuned
         # the gain of fine-tuning: every cell minus the same model's un-tuned cell, same n_fine and split;
         # [the paper's difference] where its tables print both (Table 2 fine-tuned, Table 3 un-tuned)
+    python scripts/compare_runs.py RUN/results.json --claims
+        # the paper's claims (Analysis section) as a markdown table: our paired differences [the paper's]
 Options: --markdown (against the paper, as a table), --splits 0,2,4 (only those splits), --field best_dev_acc (the early-stopping dev accuracy
 instead of the test accuracy; no paper numbers then), --per-split (each split's figure too).
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dyntc.report import PAPER_TABLE2, PAPER_TABLE3
+from dyntc.report import PAPER_PRETRAIN_ERROR_REDUCTION, PAPER_TABLE2, PAPER_TABLE3
 
 ROWS = [("mlp", "fine-tuned"), ("euc", "fine-tuned"), ("hyp", "fine-tuned"), ("mlp", "un-tuned"), ("euc", "un-tuned"),
         ("hyp", "un-tuned"), ("mlp", "scratch"), ("euc", "scratch"), ("hyp", "scratch")]
@@ -129,6 +131,69 @@ def versus_variant(results: dict, ours: dict, base_variant: str, per_split: bool
             print(f"{model} {variant:10s} " + " | ".join(out))
 
 
+def _paired_mean(ours: dict, a: tuple[str, str], b: tuple[str, str], n: int) -> tuple[float, int, int] | None:
+    """Mean over the splits both cells have of (cell a − cell b) at `n`, the number of such splits and
+    how many of them a is ahead on."""
+    d = [ours[(*a, n, s)] - ours[(*b, n, s)] for (m, v, k, s) in ours if (m, v, k) == (*a, n) and (*b, n, s) in ours]
+    return (float(np.mean(d)), len(d), sum(x > 0 for x in d)) if d else None
+
+
+def claims_table(results: dict, ours: dict, ours_new: dict) -> None:
+    """The paper's claims (its Analysis section) restated from one run: paired differences averaged
+    over the splits both cells have, `(k/n)` = ahead on k of n splits, [the paper's difference] where
+    its tables print both cells. The verdicts are left to the reader (docs/results.md)."""
+    ds, ns = results["dataset"], sorted({r["n_fine"] for r in results["rows"]})
+    splits = results.get("splits") or 5
+
+    def diff(a, b, n):
+        got = _paired_mean(ours, a, b, n)
+        if got is None:
+            return None
+        mean, k, ahead = got
+        pa, pb = paper_value(ds, *a, n)[0], paper_value(ds, *b, n)[0]
+        paper = f" [{pa - pb:+.1f}]" if pa is not None and pb is not None else ""
+        return f"{n}: {mean:+.1f}" + (f" ({ahead}/{k})" if k < splits or ahead < k else "") + paper
+
+    def row(claim: str, pairs: list[tuple[str, tuple, tuple]], fines: list[int]) -> None:
+        parts = []
+        for label, a, b in pairs:
+            got = [x for n in fines if (x := diff(a, b, n))]
+            if got:
+                parts.append(f"{label} " + ", ".join(got))
+        print(f"| {claim} | {'; '.join(parts) or 'no such cells'} |")
+
+    ft, ut, sc = "fine-tuned", "un-tuned", "scratch"
+    low = [n for n in ns if n <= 10]
+    print(f"| claim (paper) | {ds.upper()}: ours − other, by n_fine (splits ahead) [paper] |")
+    print("|---|---|")
+    row("metric models beat the MLP at low n_fine", [(m.upper(), (m, ft), ("mlp", ft)) for m in ("euc", "hyp")], low)
+    row("… and stay ahead at n_fine 100", [(m.upper(), (m, ft), ("mlp", ft)) for m in ("euc", "hyp")], [100])
+    row("HYP beats EUC at low n_fine (hierarchical data)", [(v, ("hyp", v), ("euc", v)) for v in (ft, ut)], ns)
+    row("un-tuned metric models beat MLP-KNN", [(m.upper(), (m, ut), ("mlp", ut)) for m in ("euc", "hyp")], ns)
+    row("fine-tuning pays off only with more data (fine-tuned − un-tuned)",
+        [(m.upper(), (m, ft), (m, ut)) for m in ("mlp", "euc", "hyp")], ns)
+    rises = []
+    for m in ("mlp", "euc", "hyp"):
+        lo, hi = min(ns), 100
+        a = [ours.get((m, ft, hi, s), np.nan) - ours.get((m, ft, lo, s), np.nan) for s in range(splits)]
+        b = [ours_new.get((m, ft, hi, s), np.nan) - ours_new.get((m, ft, lo, s), np.nan) for s in range(splits)]
+        if not np.all(np.isnan(a)):
+            rises.append(f"{m.upper()} new {np.nanmean(b):+.1f} vs all {np.nanmean(a):+.1f}")
+    print(f"| gains concentrate on new classes (rise {min(ns)} → 100, new vs all classes) | {'; '.join(rises) or 'no such cells'} |")
+    reductions = []
+    for n in [n for n in ns if any(k[:3] == (m, sc, n) for k in ours for m in ("mlp", "euc", "hyp"))]:
+        each = []
+        for m in ("euc", "hyp", "mlp"):
+            r = [(ours[(m, ft, n, s)] - ours[(m, sc, n, s)]) / (100 - ours[(m, sc, n, s)])
+                 for s in range(splits) if (m, ft, n, s) in ours and (m, sc, n, s) in ours]
+            if r:
+                paper = PAPER_PRETRAIN_ERROR_REDUCTION.get(ds, {}).get(n, {}).get(m)
+                each.append(f"{m.upper()} {100 * np.mean(r):.0f}%" + (f" [{paper}]" if paper else ""))
+        reductions.append(f"{n}: " + ", ".join(each))
+    print("| pretraining helps the metric models more than the MLP (error reduction of fine-tuned over scratch) | "
+          + ("; ".join(reductions) or "no scratch cells") + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path)
@@ -140,11 +205,14 @@ def main() -> None:
     ap.add_argument("--field", default="acc_all", choices=("acc_all", "acc_new", "acc_old", "best_dev_acc"))
     ap.add_argument("--per-split", action="store_true", help="print each split's figure too")
     ap.add_argument("--markdown", action="store_true", help="against the paper: a markdown table (docs/results.md §3)")
+    ap.add_argument("--claims", action="store_true", help="the paper's claims restated from this run: a markdown table")
     args = ap.parse_args()
     if sum(x is not None for x in (args.base, args.versus, args.versus_variant)) > 1:
         ap.error("--base, --versus and --versus-variant: give one of them")
     if args.markdown and (args.base or args.versus or args.versus_variant or args.field != "acc_all"):
         ap.error("--markdown prints a run's acc_all against the paper: leave out --base, --versus, --versus-variant and --field")
+    if args.claims and (args.markdown or args.base or args.versus or args.versus_variant or args.field != "acc_all" or args.per_split):
+        ap.error("--claims prints its own table from one run: leave out --markdown, --base, --versus, --versus-variant, --field and --per-split")
     try:
         splits = None if args.splits is None else {int(x) for x in args.splits.split(",") if x.strip()}
     except ValueError:
@@ -160,6 +228,8 @@ def main() -> None:
         versus_variant(results, ours, args.versus_variant, args.per_split)
     elif args.markdown:
         markdown_table(results, ours)
+    elif args.claims:
+        claims_table(results, ours, cells(results, "acc_new", splits))
     else:
         versus_paper(results, ours, args.per_split, with_paper=args.field == "acc_all")
 

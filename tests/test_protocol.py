@@ -906,9 +906,36 @@ def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(
     assert "| EUC fine-tuned | **50.0** ± 10.0 [56.5] |" in capsys.readouterr().out
     # what --markdown cannot combine with is refused by name, not ignored
     never_read = Path(__file__).parent / "_unused.json"  # the arguments are refused before it is opened
-    for bad in (["--markdown", "--versus", "euc"], ["--markdown", "--field", "acc_new"], ["--versus-variant", "tuned"]):
+    for bad in (["--markdown", "--versus", "euc"], ["--markdown", "--field", "acc_new"], ["--versus-variant", "tuned"],
+                ["--claims", "--per-split"]):
         with pytest.raises(SystemExit):
             monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(never_read), *bad])
             compare_runs.main()
     err = capsys.readouterr().err
     assert "--markdown prints a run's acc_all" in err and "invalid choice: 'tuned'" in err
+    assert "--claims prints its own table from one run" in err
+
+
+def test_compare_runs_claims_table_pairs_cells_split_by_split(capsys):
+    """scripts/compare_runs.py --claims: each claim's paired difference averaged over the splits both
+    cells have, `(k/n)` where a model is not ahead on every split, the paper's difference in brackets,
+    and the relative error reduction of pretraining where scratch cells exist."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import compare_runs
+    finally:
+        sys.path.pop(0)
+    cells = {("mlp", "fine-tuned"): (0.50, 0.40), ("euc", "fine-tuned"): (0.60, 0.50), ("hyp", "fine-tuned"): (0.62, 0.48),
+             ("euc", "scratch"): (0.20, 0.00)}
+    rows = [{"model": m, "variant": v, "n_fine": 5, "split": s, "acc_all": a[s], "acc_new": a[s]}
+            for (m, v), a in cells.items() for s in (0, 1)]
+    results = {"dataset": "news", "splits": 2, "rows": rows}
+    compare_runs.claims_table(results, compare_runs.cells(results), compare_runs.cells(results, "acc_new"))
+    lines = capsys.readouterr().out.splitlines()
+    # EUC − MLP: +10 on both splits [paper NEWS 56.5 − 49.2]; HYP − MLP: (+12 + 8) / 2
+    assert lines[2] == "| metric models beat the MLP at low n_fine | EUC 5: +10.0 [+7.3]; HYP 5: +10.0 [+15.6] |"
+    # HYP − EUC: +2 and −2, ahead on 1 of 2 splits [64.8 − 56.5]
+    assert lines[4] == "| HYP beats EUC at low n_fine (hierarchical data) | fine-tuned 5: +0.0 (1/2) [+8.3] |"
+    assert lines[5].endswith("| no such cells |")  # no un-tuned cells
+    # (60 − 20) / 80 and (50 − 0) / 100: half the scratch model's errors, beside the paper's Analysis
+    assert lines[-1].endswith("| 5: EUC 50% [> 53%] |")
