@@ -326,6 +326,7 @@ def test_a_resume_of_a_selection_keeps_the_runs_grid_and_is_not_finished_early(t
     partial = run_tiny(small_sent, run_dir, models="euc", n_fine="5")
     assert proto.calls == 0 and sup.calls == 0  # EUC at 5 is done
     assert partial["n_fine"] == [5, 10] and partial["models"] == ["mlp", "euc", "hyp"]
+    assert partial["config"]["n_fine"] == [5, 10]  # the resolved profile names the run's grid too
     assert partial["variants"] == ["fine-tuned", "un-tuned", "scratch"] and partial["scratch_n_fine"] is None
     assert partial["last_invocation"]["n_fine"] == [5] and partial["last_invocation"]["models"] == ["euc"]
     assert partial["finished"] is None  # HYP at 10 is still to do

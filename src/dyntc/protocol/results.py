@@ -149,6 +149,7 @@ class ResultsFile:
         grid = joined_grid(old, self.plan)
         old.update(self._header(started=old.get("started")))
         old.update(grid)
+        old["config"] = {**old["config"], "n_fine": grid["n_fine"]}  # not the selection's n_fine
         return old
 
     def _forget(self, old: dict, models: tuple[str, ...]) -> tuple[str, ...]:
