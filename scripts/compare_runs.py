@@ -2,7 +2,8 @@
 
     python scripts/compare_runs.py RUN/results.json                  # vs the paper: ours ± std [paper; diff, SE]
     python scripts/compare_runs.py RUN/results.json --base OTHER/results.json
-        # paired: mean over the splits both runs have of (acc_all here − acc_all in OTHER), same cell
+        # paired: mean over the splits both runs have of (acc_all here − acc_all in OTHER), same cell,
+        # with its standard error over those splits
     python scripts/compare_runs.py RUN/results.json --versus euc --per-split
         # paired within one run: every model's cell minus EUC's, same variant, n_fine and split
     python scripts/compare_runs.py RUN/results.json --versus-variant un-tuned
@@ -95,6 +96,13 @@ def markdown_table(results: dict, ours: dict) -> None:
             print(f"| {name} | " + " | ".join(out) + " |")
 
 
+def _mean_se(d: list[float]) -> str:
+    """A paired difference over splits: its mean, the standard error of that mean (from the spread
+    over splits; none for one split) and the number of splits."""
+    se = f"SE {np.std(d, ddof=1) / math.sqrt(len(d)):.1f}, " if len(d) > 1 else ""
+    return f"{np.mean(d):+.1f} ({se}n={len(d)})"
+
+
 def paired(results: dict, ours: dict, theirs: dict, per_split: bool, versus: str | None = None) -> None:
     """Differences ours − theirs per (model, variant, n_fine), same split; with `versus`, theirs is that
     model's cell of the same variant, n_fine and split."""
@@ -107,7 +115,7 @@ def paired(results: dict, ours: dict, theirs: dict, per_split: bool, versus: str
                        and (other := (versus or k[0], *k[1:])) in theirs)
             if d:
                 each = f" ({', '.join(f's{s} {x:+.1f}' for s, x in d)})" if per_split else ""
-                out.append(f"{n}: {np.mean([x for _, x in d]):+.1f} (n={len(d)}){each}")
+                out.append(f"{n}: {_mean_se([x for _, x in d])}{each}")
         if out:
             print(f"{model} {variant:10s} " + " | ".join(out))
 
@@ -126,7 +134,7 @@ def versus_variant(results: dict, ours: dict, base_variant: str, per_split: bool
             each = f" ({', '.join(f's{s} {x:+.1f}' for s, x in d)})" if per_split else ""
             pm, pb = paper_value(results["dataset"], model, variant, n)[0], paper_value(results["dataset"], model, base_variant, n)[0]
             paper = f" [{pm - pb:+.1f}]" if pm is not None and pb is not None else ""
-            out.append(f"{n}: {np.mean([x for _, x in d]):+.1f} (n={len(d)}){paper}{each}")
+            out.append(f"{n}: {_mean_se([x for _, x in d])}{paper}{each}")
         if out:
             print(f"{model} {variant:10s} " + " | ".join(out))
 

@@ -893,8 +893,15 @@ def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(
                             ("fine-tuned", 2, 0.70))]  # split 2 has no un-tuned cell: not paired
     results = {"dataset": "news", "rows": rows}
     compare_runs.versus_variant(results, compare_runs.cells(results), "un-tuned", per_split=True)
-    # (+5.0 − 2.0) / 2 = +1.5; the paper's NEWS EUC at 5: 56.5 fine-tuned − 53.2 un-tuned = +3.3
-    assert capsys.readouterr().out.split() == "euc fine-tuned 5: +1.5 (n=2) [+3.3] (s0 +5.0, s1 -2.0)".split()
+    # (+5.0 − 2.0) / 2 = +1.5, SE = std(+5, −2) / √2 = 4.95 / 1.41 = 3.5; the paper's NEWS EUC at 5:
+    # 56.5 fine-tuned − 53.2 un-tuned = +3.3
+    assert capsys.readouterr().out.split() == "euc fine-tuned 5: +1.5 (SE 3.5, n=2) [+3.3] (s0 +5.0, s1 -2.0)".split()
+    compare_runs.paired(results, compare_runs.cells(results), compare_runs.cells(results), per_split=False, versus="euc")
+    assert capsys.readouterr().out == ""  # EUC against itself is not printed
+    rows.append({"model": "hyp", "variant": "fine-tuned", "n_fine": 5, "split": 0, "acc_all": 0.66})
+    compare_runs.paired(results, compare_runs.cells(results), compare_runs.cells(results), per_split=False, versus="euc")
+    assert capsys.readouterr().out.split() == "hyp fine-tuned 5: +6.0 (n=1)".split()  # one split: no SE
+    rows.pop()
     # --markdown: ours ± std [paper], bold more than 2 points under the paper; (n=k) where splits are missing
     results["splits"] = 3
     compare_runs.markdown_table(results, compare_runs.cells(results))
