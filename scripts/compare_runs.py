@@ -196,7 +196,8 @@ def claims_table(results: dict, ours: dict, ours_new: dict) -> None:
                  for s in range(splits) if (m, ft, n, s) in ours and (m, sc, n, s) in ours]
             if r:
                 paper = PAPER_PRETRAIN_ERROR_REDUCTION.get(ds, {}).get(n, {}).get(m)
-                each.append(f"{m.upper()} {100 * np.mean(r):.0f}%" + (f" [{paper}]" if paper else ""))
+                each.append(f"{m.upper()} {100 * np.mean(r):.0f}%" + (f" (n={len(r)})" if len(r) < splits else "")
+                            + (f" [{paper}]" if paper else ""))
         reductions.append(f"{n}: " + ", ".join(each))
     print("| pretraining helps the metric models more than the MLP (error reduction of fine-tuned over scratch) | "
           + ("; ".join(reductions) or "no scratch cells") + " |")
