@@ -38,6 +38,22 @@ def cells(results: dict, field: str = "acc_all", splits: set[int] | None = None)
             if r.get(field) is not None and (splits is None or r["split"] in splits)}
 
 
+def n_splits(results: dict, ours: dict) -> int:
+    """The run's number of label splits (its header's; else one past the highest split with a cell)."""
+    return results.get("splits") or max((k[3] for k in ours), default=-1) + 1
+
+
+def read_results(path: Path, option: str) -> dict:
+    """A run's results.json, or a clear exit naming the option and what is wrong with the file."""
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{option} {path}: not a readable results.json ({exc}); pass the results.json of a dyntc reproduce run")
+    if not isinstance(results, dict) or not isinstance(results.get("rows"), list) or "dataset" not in results:
+        raise SystemExit(f"{option} {path}: no 'dataset' and 'rows' in it: pass the results.json of a dyntc reproduce run")
+    return results
+
+
 def paper_value(dataset: str, model: str, variant: str, n: int) -> tuple[float | None, float | None]:
     if variant == "fine-tuned":
         mean_std = PAPER_TABLE2.get(dataset, {}).get(model, {}).get(n)
@@ -76,7 +92,7 @@ def markdown_table(results: dict, ours: dict) -> None:
     """The versus-paper figures as a markdown table: mean ± std [paper's mean], bold where ours is more
     than 2 points under the paper (the bar of issue 11); `(n=k)` where fewer splits have the cell."""
     ns = sorted({r["n_fine"] for r in results["rows"]})
-    splits = results.get("splits") or max(k[3] for k in ours) + 1
+    splits = n_splits(results, ours)
     print(f"| {results['dataset'].upper()} | " + " | ".join(f"n_fine {n}" if i == 0 else str(n) for i, n in enumerate(ns)) + " |")
     print("|---|" + "---|" * len(ns))
     for model, variant in ROWS:
@@ -151,7 +167,7 @@ def claims_table(results: dict, ours: dict, ours_new: dict) -> None:
     over the splits both cells have, `(k/n)` = ahead on k of n splits, [the paper's difference] where
     its tables print both cells. The verdicts are left to the reader (docs/results.md)."""
     ds, ns = results["dataset"], sorted({r["n_fine"] for r in results["rows"]})
-    splits = results.get("splits") or 5
+    splits = n_splits(results, ours)
 
     def diff(a, b, n):
         got = _paired_mean(ours, a, b, n)
@@ -226,10 +242,10 @@ def main() -> None:
         splits = None if args.splits is None else {int(x) for x in args.splits.split(",") if x.strip()}
     except ValueError:
         ap.error(f"--splits {args.splits!r}: expected comma-separated integers, e.g. 0,2,4")
-    results = json.loads(args.results.read_text(encoding="utf-8"))
+    results = read_results(args.results, "results")
     ours = cells(results, args.field, splits)
     if args.base is not None:
-        base = json.loads(args.base.read_text(encoding="utf-8"))
+        base = read_results(args.base, "--base")
         paired(results, ours, cells(base, args.field, splits), args.per_split)
     elif args.versus is not None:
         paired(results, ours, ours, args.per_split, versus=args.versus)

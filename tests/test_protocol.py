@@ -880,7 +880,12 @@ def test_killing_a_parallel_run_stops_its_workers(tmp_path, signum):
                 os.kill(w, signal.SIGKILL)
 
 
-def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(capsys, monkeypatch):
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(capsys, monkeypatch, tmp_path):
     """scripts/compare_runs.py --versus-variant: the gain of fine-tuning, split by split, beside the
     paper's (its Table 2 fine-tuned minus its Table 3 un-tuned, where both print the n_fine)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -922,6 +927,12 @@ def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(
     err = capsys.readouterr().err
     assert "--markdown prints a run's acc_all" in err and "invalid choice: 'tuned'" in err
     assert "--claims prints its own table from one run" in err
+    # a missing or foreign file is named with the fix, not a traceback
+    with pytest.raises(SystemExit, match="not a readable results.json"):
+        monkeypatch.setattr(sys, "argv", ["compare_runs.py", str(never_read)])
+        compare_runs.main()
+    with pytest.raises(SystemExit, match="no 'dataset' and 'rows'"):
+        compare_runs.read_results(_write(tmp_path / "other.json", '{"a": 1}'), "--base")
 
 
 def test_compare_runs_claims_table_pairs_cells_split_by_split(capsys):
