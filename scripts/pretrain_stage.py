@@ -30,6 +30,7 @@ import torch
 
 from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
+from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, get_profile, make_plan
 from dyntc.protocol.profiles import TUNABLE, parse_setting
 from dyntc.stopping import chance_loss, stop_step
@@ -43,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="hyp", choices=["euc", "hyp", "mlp"])
     ap.add_argument("--split", type=int, default=2)
     ap.add_argument("--profile", default="paper")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda, as for `dyntc reproduce` (a GPU host runs several stages side by side)")
+    ap.add_argument("--embeddings", type=Path, default=None,
+                    help="GloVe text file, as `dyntc reproduce --embeddings` (e.g. a `dyntc export-glove` subset sent to a GPU host)")
     ap.add_argument("--show", action="store_true", help="print the history of OUT's snapshot of the stage and stop")
     ap.add_argument("--against", type=Path, action="append", default=[], metavar="RUN",
                     help="with --show: also the dev_old of RUN's same stage at each evaluation (repeatable; "
@@ -51,7 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.show:
         return _show(args)
     torch.set_num_threads(1)
-    plan = _plan(args, selection=True)
+    try:
+        plan = _plan(args, selection=True)
+    except DyntcError as exc:  # a bad setting or device: the message, not a traceback
+        raise SystemExit(f"pretrain_stage.py: {exc}") from None
     data = load(plan.dataset, None, seed=plan.seed)
     run = ProtocolRun(data, plan, args.out, progress=False, log=lambda m: print(m, flush=True))
     run.pretrained(args.split, args.model)
@@ -72,7 +79,8 @@ def _plan(args: argparse.Namespace, selection: bool):
         per_model[args.model] = {**per_model.get(args.model, {}), **own}
         profile = replace(profile, per_model={**profile.per_model, args.dataset: per_model})
     return make_plan(args.dataset, profile, splits=args.split + 1, models=args.model, variants="un-tuned",
-                     n_fine="5", settings=settings)
+                     n_fine="5", settings=settings, device=args.device,
+                     embeddings=args.embeddings)
 
 
 def _print_history(history: list[dict], others: list[tuple[str, dict]] = ()) -> None:

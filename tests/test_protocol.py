@@ -958,3 +958,39 @@ def test_compare_runs_claims_table_pairs_cells_split_by_split(capsys):
     assert lines[5].endswith("| no such cells |")  # no un-tuned cells
     # (60 − 20) / 80 and (50 − 0) / 100: half the scratch model's errors, beside the paper's Analysis
     assert lines[-1].endswith("| 5: EUC 50% [> 53%] |")
+
+
+def test_quick_keeps_sents_skewed_dev_set_whole_and_caps_the_others(sent, tmp_path):
+    """A dev set capped per class is balanced; SENT's labels are skewed, so `quick` keeps its dev sets
+    whole, as `paper` does (early stopping then targets the accuracy the test reports)."""
+    from collections import Counter
+
+    assert make_plan("news", "quick").hp["dev_per_class"] == 30 and make_plan("sent", "paper").hp["dev_per_class"] is None
+    whole = protocol.ProtocolRun(sent, make_plan("sent", "quick"), tmp_path / "a", progress=False, log=lambda msg: None).split_data(0)
+    assert len(whole.dev_new) == len(sent.dev) and len(whole.dev_old) == len(whole.split.dev_old) < len(sent.dev)
+    counts = Counter(whole.dev_new.labels)
+    assert max(counts.values()) > 3 * min(counts.values())  # skewed: what a cap would have flattened
+    capped = protocol.ProtocolRun(sent, make_plan("sent", "quick", settings={"dev_per_class": "30"}), tmp_path / "b",
+                                  progress=False, log=lambda msg: None).split_data(0)
+    assert max(Counter(capped.dev_new.labels).values()) == 30 and len(capped.dev_new) < len(sent.dev)
+
+
+def test_pretrain_stage_script_takes_the_runs_device_and_embeddings(tmp_path):
+    """scripts/pretrain_stage.py runs a selection stage where `dyntc reproduce` would (--device,
+    --embeddings reach the plan); a device that is not there is a one-line exit, before any work."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        import pretrain_stage
+    finally:
+        sys.path.pop(0)
+    glove = tmp_path / "glove.txt"
+    glove.write_text("the " + " ".join(["0.1"] * 50) + "\n")
+    args = pretrain_stage.argparse.Namespace(settings=["lr=1e-3"], dataset="news", model="hyp", split=1, profile="paper",
+                                             device="cpu", embeddings=glove)
+    plan = pretrain_stage._plan(args, selection=True)
+    assert plan.device == "cpu" and Path(plan.embeddings) == glove and plan.model_hp("hyp")["lr"] == 1e-3
+    assert plan.hp["pretrain_min_episodes"] == plan.hp["pretrain_episodes"]  # a selection run: no early stop
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="pretrain_stage.py: --device 'cuda' requested but no CUDA device"):
+            pretrain_stage.main([str(tmp_path / "out"), "--device", "cuda"])
+        assert not (tmp_path / "out").exists()

@@ -205,7 +205,11 @@ QUICK = Profile(
     finetune_lr=1e-3,
     finetune_eval_support_per_class=20,
     scratch_ends_only=True,
-    dev_per_class={"clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
+    # SENT's dev sets stay whole, as in `paper`: its labels are skewed, and a dev set capped at 30 per class
+    # is balanced, so early stopping chose the checkpoints for balanced accuracy while the test measures
+    # plain accuracy; whole, the MLP's fine-tuned cells at n_fine 20 / 100 moved from 4.1 / 5.1 points
+    # under the `paper` run to +1.1 / -1.5 (sixteenth session), for 5% more CPU time
+    dev_per_class={"sent": None, "clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
     # as in `paper` (MLP_FINETUNE): at 1e-3 quick's SENT MLP was 6.6 / 8.7 points under the paper run's at
     # n_fine 5 / 20 and 30 under at scratch 100 (eighth session)
     per_model={**MLP_FINETUNE, "*": {}},
@@ -216,7 +220,7 @@ QUICK = Profile(
         "fine-tuning with Adam 1e-3 (SENT's MLP 1e-2 from a fitted head, NEWS's MLP from a fitted head, as in `paper`) for <=400 episodes (dev every 25, "
         "patience 4; >=60 batches for the MLP), "
         "scratch only at the smallest and largest n_fine, dev sets capped at 30 examples per class (10 for "
-        "the 64-150-class datasets), 3 splits, n_fine 5, 10, 20, 100."
+        "the 64-150-class datasets; SENT's whole, as its labels are skewed), 3 splits, n_fine 5, 10, 20, 100."
     ),
 )
 
