@@ -55,10 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.show:
         return _show(args)
     torch.set_num_threads(1)
-    try:
-        plan = _plan(args, selection=True)
-    except DyntcError as exc:  # a bad setting or device: the message, not a traceback
-        raise SystemExit(f"pretrain_stage.py: {exc}") from None
+    plan = _plan(args, selection=True)
     data = load(plan.dataset, None, seed=plan.seed)
     run = ProtocolRun(data, plan, args.out, progress=False, log=lambda m: print(m, flush=True))
     run.pretrained(args.split, args.model)
@@ -66,21 +63,37 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _plan(args: argparse.Namespace, selection: bool):
-    """The run's plan with the FIELD=VALUE overrides; a `selection` run does not stop early by default."""
+    """The run's plan with the FIELD=VALUE overrides; a `selection` run does not stop early by default.
+    A bad setting, profile, device or GloVe file ends the script with the message, not a traceback."""
+    try:
+        return _plan_or_raise(args, selection)
+    except DyntcError as exc:
+        raise SystemExit(f"pretrain_stage.py: {exc}") from None
+
+
+def _plan_or_raise(args: argparse.Namespace, selection: bool):
+    bad = [item for item in args.settings if "=" not in item]
+    if bad:
+        raise DyntcError(f"settings {bad}: give each as FIELD=VALUE, e.g. lr=1e-3")
     settings = dict(item.split("=", 1) for item in args.settings)
     profile = get_profile(args.profile)
     if selection:
         settings.setdefault("pretrain_min_episodes", settings.get("pretrain_episodes", str(profile.pretrain_episodes)))
     # the model's own settings (lr, dropout, its options) go where --tune puts them, over the profile's
     # per-model entry for the dataset (e.g. `max_norm=none fixed_norm=10` replaces NEWS HYP's clip)
-    own = {k: parse_setting(k, settings.pop(k)) for k in list(settings) if k in TUNABLE}
+    own = {}
+    for key in [k for k in settings if k in TUNABLE]:
+        raw = settings.pop(key)
+        try:
+            own[key] = parse_setting(key, raw)
+        except ValueError:
+            raise DyntcError(f"{key}={raw!r}: expected a number (or none where the setting allows it)") from None
     if own:
         per_model = dict(profile.per_model.get(args.dataset, profile.per_model.get("*")) or {})
         per_model[args.model] = {**per_model.get(args.model, {}), **own}
         profile = replace(profile, per_model={**profile.per_model, args.dataset: per_model})
     return make_plan(args.dataset, profile, splits=args.split + 1, models=args.model, variants="un-tuned",
-                     n_fine="5", settings=settings, device=args.device,
-                     embeddings=args.embeddings)
+                     n_fine="5", settings=settings, device=args.device, embeddings=args.embeddings)
 
 
 def _print_history(history: list[dict], others: list[tuple[str, dict]] = ()) -> None:

@@ -990,7 +990,11 @@ def test_pretrain_stage_script_takes_the_runs_device_and_embeddings(tmp_path):
     plan = pretrain_stage._plan(args, selection=True)
     assert plan.device == "cpu" and Path(plan.embeddings) == glove and plan.model_hp("hyp")["lr"] == 1e-3
     assert plan.hp["pretrain_min_episodes"] == plan.hp["pretrain_episodes"]  # a selection run: no early stop
+    for bad, message in ((["lr"], "give each as FIELD=VALUE"), (["lr=fast"], "lr='fast': expected a number"),
+                         (["--profile", "slow"], "unknown profile 'slow'")):
+        with pytest.raises(SystemExit, match=f"pretrain_stage.py: .*{message}"):
+            pretrain_stage.main([str(tmp_path / "out"), *bad])
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="pretrain_stage.py: --device 'cuda' requested but no CUDA device"):
             pretrain_stage.main([str(tmp_path / "out"), "--device", "cuda"])
-        assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists()  # every bad option stops before any work

@@ -208,7 +208,7 @@ QUICK = Profile(
     # SENT's dev sets stay whole, as in `paper`: its labels are skewed, and a dev set capped at 30 per class
     # is balanced, so early stopping chose the checkpoints for balanced accuracy while the test measures
     # plain accuracy; whole, the MLP's fine-tuned cells at n_fine 20 / 100 moved from 4.1 / 5.1 points
-    # under the `paper` run to +1.1 / -1.5 (sixteenth session), for 5% more CPU time
+    # under the `paper` run to +1.1 / -1.5 (sixteenth session), for about 4% more CPU time
     dev_per_class={"sent": None, "clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
     # as in `paper` (MLP_FINETUNE): at 1e-3 quick's SENT MLP was 6.6 / 8.7 points under the paper run's at
     # n_fine 5 / 20 and 30 under at scratch 100 (eighth session)
