@@ -16,7 +16,7 @@ from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, accuracies, make_plan
 from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
-from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown
+from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown, time_shares
 from dyntc.training import Encoded, machine_description
 
 ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
@@ -283,6 +283,14 @@ def test_tiny_run_report(tiny_run):
     agg = aggregate(results)
     assert agg[("euc", "fine-tuned", 5)]["all"][2] == 1  # one split
     assert tables_markdown(results) == tables
+    # where the time went: pretraining and each variant's cells, adding up to every recorded second
+    shares = time_shares(results)
+    assert list(shares) == ["pretraining", "fine-tuned cells", "un-tuned cells", "scratch cells"]
+    recorded = sum(i["seconds"] for s in results["pretraining"].values() for i in s.values())
+    assert shares["pretraining"] == pytest.approx(recorded)
+    assert sum(shares.values()) == pytest.approx(recorded + sum(r["cell_seconds"] for r in results["rows"]))
+    assert f"pretraining {shares['pretraining']:.0f}s" in tables and "Where the time went" in tables
+    assert time_shares({**results, "rows": [], "pretraining": {}}) == {}
     # a later invocation that ran only n_fine 10 (its header says so) keeps the n_fine 5 columns
     assert "n_fine=5" in tables_markdown({**results, "n_fine": [10]})
 

@@ -289,9 +289,27 @@ def _timing(results, agg, fines, models) -> list[str]:
         lines.append("Mean training seconds per cell:")
         lines.append("")
         lines += _table(["Model"] + [f"n_fine={n}" for n in fines], rows)
+    shares = time_shares(results)
+    if shares:
+        total = sum(shares.values())
+        lines += ["", f"Where the time went: {total:.0f}s of stages and cells in all (summed over worker processes and machines, "
+                  "as each measured it; cells include embedding the test set): " + ", ".join(
+                      f"{kind} {sec:.0f}s ({100 * sec / total:.0f}%)" for kind, sec in shares.items()) + "."]
     if results.get("last_run_seconds") is not None:
         lines += ["", f"Wall time of the last invocation: {results['last_run_seconds']:.0f}s."]
     return lines
+
+
+def time_shares(results: dict) -> dict[str, float]:
+    """Seconds a run spent per kind of work: pretraining stages, then cells by variant (``cell_seconds``:
+    training and test evaluation; ``train_seconds`` for rows written before it existed). Kinds with no
+    recorded time are left out."""
+    shares = {"pretraining": sum(info.get("seconds") or 0.0 for split in results.get("pretraining", {}).values()
+                                 for info in split.values())}
+    for variant in VARIANT_LABELS:
+        shares[f"{variant} cells"] = sum(r.get("cell_seconds", r.get("train_seconds")) or 0.0
+                                         for r in results.get("rows", []) if r["variant"] == variant)
+    return {kind: sec for kind, sec in shares.items() if sec > 0}
 
 
 def _notes(results: dict, dataset: str) -> list[str]:
