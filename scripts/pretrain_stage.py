@@ -81,13 +81,7 @@ def _plan_or_raise(args: argparse.Namespace, selection: bool):
         settings.setdefault("pretrain_min_episodes", settings.get("pretrain_episodes", str(profile.pretrain_episodes)))
     # the model's own settings (lr, dropout, its options) go where --tune puts them, over the profile's
     # per-model entry for the dataset (e.g. `max_norm=none fixed_norm=10` replaces NEWS HYP's clip)
-    own = {}
-    for key in [k for k in settings if k in TUNABLE]:
-        raw = settings.pop(key)
-        try:
-            own[key] = parse_setting(key, raw)
-        except ValueError:
-            raise DyntcError(f"{key}={raw!r}: expected a number (or none where the setting allows it)") from None
+    own = {k: parse_setting(k, settings.pop(k)) for k in list(settings) if k in TUNABLE}
     if own:
         per_model = dict(profile.per_model.get(args.dataset, profile.per_model.get("*")) or {})
         per_model[args.model] = {**per_model.get(args.model, {}), **own}

@@ -74,6 +74,9 @@ def test_unknown_profile_model_variant_and_setting():
         make_plan("sent", "quick", settings={"episodes": "3"})
     with pytest.raises(DyntcError, match="expected an integer"):
         make_plan("sent", "quick", settings={"pretrain_episodes": "many"})
+    with pytest.raises(DyntcError, match="--set learn_scale='maybe': give a flag"):  # not silently False
+        make_plan("sent", "quick", settings={"learn_scale": "maybe"})
+    assert make_plan("sent", "quick", settings={"learn_scale": "yes"}).hp["learn_scale"] is True
 
     with pytest.raises(DyntcError, match="splits cannot be none"):
         make_plan("sent", "quick", settings={"splits": "none"})
@@ -999,6 +1002,7 @@ def test_pretrain_stage_script_takes_the_runs_device_and_embeddings(tmp_path):
     assert plan.device == "cpu" and Path(plan.embeddings) == glove and plan.model_hp("hyp")["lr"] == 1e-3
     assert plan.hp["pretrain_min_episodes"] == plan.hp["pretrain_episodes"]  # a selection run: no early stop
     for bad, message in ((["lr"], "give each as FIELD=VALUE"), (["lr=fast"], "lr='fast': expected a number"),
+                         (["learn_scale=maybe"], "learn_scale='maybe': give a flag"),
                          (["--profile", "slow"], "unknown profile 'slow'")):
         with pytest.raises(SystemExit, match=f"pretrain_stage.py: .*{message}"):
             pretrain_stage.main([str(tmp_path / "out"), *bad])

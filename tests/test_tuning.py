@@ -58,7 +58,9 @@ def test_parse_grid_and_model_specific_entries():
     assert grid.for_model("hyp")["max_norm"] == (None, 4.0)
     assert "learn_scale" not in parse_grid("learn_scale=0,1").for_model("mlp")  # no prototype options for the MLP
     assert parse_grid(None).for_model("mlp") == TuningGrid().for_model("mlp")
-    for bad, msg in (("lr", "expected SETTING"), ("momentum=1", "unknown setting"), ("lr=fast", "numbers"), ("lr=", "no values")):
+    for bad, msg in (("lr", "expected SETTING"), ("momentum=1", "unknown setting"), ("lr=fast", r"--tune-grid: lr='fast': expected a number \(in lr='fast'\)"),
+                     ("hyp.max_norm=4,big", "max_norm='big': expected a number or none"),
+                     ("hyp.learn_scale=0,maybe", "learn_scale='maybe': give a flag"), ("lr=", "no values")):
         with pytest.raises(DyntcError, match=msg):
             parse_grid(bad)
 

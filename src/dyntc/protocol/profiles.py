@@ -290,11 +290,13 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
             elif isinstance(sample, tuple):
                 value = tuple(int(v) for v in raw.split(",") if v.strip())
             elif isinstance(sample, bool):
-                value = raw.lower() in ("1", "true", "yes")
+                value = parse_flag(f"--set {key}", raw)
             elif isinstance(sample, int) or (sample is None and key.endswith(("_per_class", "splits"))):
                 value = int(raw)
             else:
                 value = float(raw)
+        except DyntcError:  # parse_flag's message already names the setting
+            raise
         except ValueError:
             expected = {"int": "an integer", "float": "a number", "tuple": "comma-separated integers"}
             raise DyntcError(f"setting {key}={raw!r}: expected {expected.get(type(sample).__name__, 'a number')}") from None
@@ -307,14 +309,26 @@ def override(profile: Profile, settings: dict[str, str]) -> Profile:
     return replace(profile, **changes)
 
 
+def parse_flag(name: str, raw: str) -> bool:
+    """A flag setting's value from its text; anything but 1 / true / yes / 0 / false / no is an error."""
+    if raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise DyntcError(f"{name}={raw!r}: give a flag, 1 / true / yes or 0 / false / no")
+    return raw.lower() in ("1", "true", "yes")
+
+
 def parse_setting(name: str, raw: str) -> Any:
-    """The value of one per-model setting (:data:`TUNABLE`) from its text: a flag, a number or none."""
+    """The value of one per-model setting (:data:`TUNABLE`) from its text: a flag, a number or none.
+    Text that is none of these raises a DyntcError naming the setting."""
     if name in ("learn_scale", "differentiable_mean", "lr_cosine", "finetune_fit_head"):
-        return raw.lower() in ("1", "true", "yes")
-    if name in ("max_norm", "fixed_norm", "euclidean_warmup_lr") and raw.lower() == "none":
+        return parse_flag(name, raw)
+    nullable = name in ("max_norm", "fixed_norm", "euclidean_warmup_lr")
+    if nullable and raw.lower() == "none":
         return None
     if name == "euclidean_warmup":
         if not raw.strip().isdigit():
             raise DyntcError(f"euclidean_warmup={raw!r}: give a whole number of episodes, e.g. euclidean_warmup=2000")
         return int(raw)
-    return float(raw)
+    try:
+        return float(raw)
+    except ValueError:
+        raise DyntcError(f"{name}={raw!r}: expected a number{' or none' if nullable else ''}") from None

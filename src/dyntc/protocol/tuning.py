@@ -81,8 +81,8 @@ def parse_grid(text: str | None) -> TuningGrid:
             raise DyntcError(f"--tune-grid: unknown setting {name!r}; choose from {', '.join(TUNABLE)}")
         try:
             values = tuple(parse_setting(name, v.strip()) for v in raw.split(",") if v.strip())
-        except ValueError:
-            raise DyntcError(f"--tune-grid: {key}={raw!r} must be comma-separated numbers") from None
+        except DyntcError as exc:
+            raise DyntcError(f"--tune-grid: {exc} (in {key}={raw!r})") from None
         if not values:
             raise DyntcError(f"--tune-grid: {key} has no values")
         space.setdefault(model or "*", {})[name] = values
