@@ -450,6 +450,37 @@ def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run,
     fourth = reproduce(small_sent, hyp_finetune, run_dir, redo="hyp", progress=False, log=messages.append)
     assert proto.calls == calls + n_hyp_trained
     assert fourth["pretraining"]["0"]["hyp"]["history"] == again["pretraining"]["0"]["hyp"]["history"]
+    # a change of how HYP is pretrained only (its lr, with fine-tuning and scratch at the same finetune_lr)
+    # redoes its pretraining and the cells that start from it; its scratch cells stay as they were
+    hyp_pretrain = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"max_norm": 5.0, "finetune_lr": 0.01, "lr": 0.005}}})
+    fifth = reproduce(small_sent, hyp_pretrain, run_dir, redo="hyp", progress=False, log=messages.append)
+    def scratch(rows):
+        return [r for r in rows if r["model"] == "hyp" and r["variant"] == "scratch"]
+
+    n_scratch = len(scratch(fourth["rows"]))
+    assert n_scratch == len(protocol.TINY.n_fine["*"]) and scratch(fifth["rows"]) == scratch(fourth["rows"])
+    assert proto.calls == calls + n_hyp_trained + 1 + n_hyp_trained - n_scratch  # pretraining + fine-tuned cells
+    assert fifth["pretraining"]["0"]["hyp"]["history"] != fourth["pretraining"]["0"]["hyp"]["history"]
+    assert any(f"keeping {n_scratch} scratch cells" in m for m in messages)
+
+
+def test_scratch_view_names_what_scratch_cells_depend_on():
+    """Scratch cells train a fresh model with the fine-tuning settings: pretraining-only settings (and
+    the lr, once finetune_lr is set) leave them valid; model options and the scratch lr do not."""
+    from dyntc.protocol.plan import scratch_view
+
+    def fp(hyp, **top):
+        fingerprint = make_plan("news", "paper", settings={k: str(v) for k, v in top.items()}).fingerprint()
+        return {**fingerprint, "hyperparameters": {**fingerprint["hyperparameters"], "per_model": {"hyp": hyp}}}
+
+    base = fp({"lr": 3e-4, "max_norm": 10.0})
+    same = [fp({"lr": 1e-3, "finetune_lr": 3e-4, "max_norm": 10.0, "euclidean_warmup": 2000, "euclidean_warmup_lr": 1e-3}),
+            fp({"lr": 3e-4, "max_norm": 10.0}, pretrain_episodes=500, pretrain_patience=3, knn_k=3)]
+    other = [fp({"lr": 1e-3, "max_norm": 10.0}), fp({"lr": 3e-4, "max_norm": 5.0}),
+             fp({"lr": 3e-4, "max_norm": 10.0}, finetune_episodes=50), fp({"lr": 3e-4, "max_norm": 10.0}, dropout=0.2)]
+    assert all(scratch_view(f, "hyp") == scratch_view(base, "hyp") for f in same)
+    assert all(scratch_view(f, "hyp") != scratch_view(base, "hyp") for f in other)
+    assert scratch_view(same[0], "euc") == scratch_view(base, "euc")  # HYP's per-model settings are not EUC's
 
 
 def test_a_stage_whose_weights_do_not_load_whole_pretrains_afresh(tiny_run, small_sent, tmp_path):

@@ -45,7 +45,8 @@ def reproduce(
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
     redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells in OUT "
-                                                     "are discarded where their settings changed (e.g. hyp's), instead of refusing the run; "
+                                                     "are discarded where their settings changed (e.g. hyp's), instead of refusing the run "
+                                                     "(scratch cells stay where only pretraining settings changed); "
                                                      "the others' work stays, and the same command again resumes")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
     tune: Annotated[bool, typer.Option(help="First select each model's lr and dropout on split 0's pretraining dev set "

@@ -272,6 +272,25 @@ def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict
     return {**fingerprint, "hyperparameters": {**hp, "per_model": own}}
 
 
+def scratch_view(fingerprint: dict, model: str) -> dict:
+    """A :func:`model_view` as the scratch variant sees it, resolved for `model`: without the settings
+    only pretraining reads (``pretrain_*``, the Euclidean warm-up) or only other variants read (the
+    MLP's fitted head, MLP-KNN's k), and with the learning rate scratch trains at (``finetune_lr``,
+    else ``lr``). Scratch cells never see pretrained weights, so a change of how a model is pretrained
+    keeps them: its scratch cells at n_fine 500 may cost as much as its pretraining."""
+    view = model_view(fingerprint, model)
+    hp = view.get("hyperparameters")
+    own = hp.get("per_model") if isinstance(hp, dict) else None
+    if not isinstance(hp, dict) or not isinstance(own, (dict, type(None))):
+        return view
+    resolved = {**_NEW_FIELD_DEFAULTS, **{k: v for k, v in hp.items() if k != "per_model"}, **(own or {})}
+    if resolved["finetune_lr"] is not None:
+        resolved["lr"] = resolved["finetune_lr"]
+    unread = ("finetune_lr", "finetune_fit_head", "knn_k", *HYP_ONLY)
+    kept = {k: v for k, v in resolved.items() if not k.startswith("pretrain_") and k not in unread}
+    return {**view, "hyperparameters": kept}
+
+
 # the pretraining stage's stopping rule as profile fields (TrainConfig's min_steps, hold_at_chance, patience)
 PRETRAIN_STOPPING = ("pretrain_min_episodes", "pretrain_patience")
 

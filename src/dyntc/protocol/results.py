@@ -18,7 +18,7 @@ from dyntc.checkpoint import update_json
 from dyntc.errors import DyntcError
 from dyntc.files import atomic_write, write_json
 from dyntc.models import load_trainable_state, trainable_state
-from dyntc.protocol.plan import RunPlan, cell_key, model_view
+from dyntc.protocol.plan import RunPlan, cell_key, model_view, scratch_view
 from dyntc.protocol.profiles import MODEL_VARIANTS, VARIANTS
 from dyntc.training import check_out_dir, machine_description
 
@@ -79,6 +79,17 @@ def joined_grid(old: dict, plan: RunPlan) -> dict[str, Any]:
     return {"n_fine": n_fine, "models": models, "variants": variants, "scratch_n_fine": scratch_n_fine}
 
 
+def _still_valid(old: dict, model: str, saved: dict, fingerprint: dict) -> bool:
+    """Whether `model`'s finished work in the results file `old` (written under `saved`) holds under
+    `fingerprint`: its settings are the same, or all it has finished is scratch cells, whose settings
+    (:func:`scratch_view`) are."""
+    if model_view(saved, model) == model_view(fingerprint, model):
+        return True
+    pretrained = any(model in by_model for by_model in (old.get("pretraining") or {}).values())
+    only_scratch = all(r.get("variant") == "scratch" for r in old.get("rows") or [] if r.get("model") == model)
+    return not pretrained and only_scratch and scratch_view(saved, model) == scratch_view(fingerprint, model)
+
+
 def describe_difference(old: dict, new: dict, prefix: str = "") -> str:
     """The first few fields in which two (nested) fingerprints differ, for an error message."""
     out = []
@@ -98,8 +109,9 @@ class ResultsFile:
     label sets (``split_info``) and each pretraining stage's record (``pretraining``).
 
     Opening checks the file against the plan's fingerprint: a run with another configuration is refused,
-    unless the difference concerns only models with nothing finished. `redo` models whose settings
-    changed first lose their finished cells and pretraining records, and, once the run is accepted,
+    unless the difference concerns only models with nothing finished (or only scratch cells whose own
+    settings did not change). `redo` models whose settings changed first lose their finished cells
+    (except scratch cells the change does not touch) and pretraining records, and, once the run is accepted,
     their fine-tuned cells' snapshots (their pretrained weights and pretraining snapshots stay: a
     stage uses them only where they fit its settings). A worker process (``worker=True``) merges its rows into the file
     and leaves the run-level fields to the parent.
@@ -132,7 +144,7 @@ class ResultsFile:
             saved = old.get("fingerprint") or {}
             finished = {r.get("model") for r in old.get("rows", [])} | {
                 m for models in (old.get("pretraining") or {}).values() for m in models}
-            contradicted = sorted(m for m in finished if model_view(saved, m) != model_view(fingerprint, m))
+            contradicted = sorted(m for m in finished if not _still_valid(old, m, saved, fingerprint))
             difference = describe_difference(saved, fingerprint)
             if contradicted or not isinstance(saved.get("hyperparameters"), dict):
                 raise DyntcError(
@@ -165,11 +177,15 @@ class ResultsFile:
         if not changed:
             return ()
         rows = old.get("rows") or []
-        old["rows"] = [r for r in rows if r.get("model") not in changed]
+        scratch_kept = {m for m in changed if scratch_view(saved, m) == scratch_view(fingerprint, m)}
+        old["rows"] = [r for r in rows if r.get("model") not in changed
+                       or (r.get("model") in scratch_kept and r.get("variant") == "scratch")]
+        kept = len(old["rows"]) - sum(r.get("model") not in changed for r in rows)
         pretrained = sum(by_model.pop(m, None) is not None
                          for by_model in (old.get("pretraining") or {}).values() for m in changed)
         self.log(f"--redo {','.join(changed)}: discarding {len(rows) - len(old['rows'])} finished cells and "
-                 f"{pretrained} pretraining records in {self.out} (other settings: {describe_difference(saved, fingerprint)})")
+                 f"{pretrained} pretraining records in {self.out} (other settings: {describe_difference(saved, fingerprint)})"
+                 + (f"; keeping {kept} scratch cells, which the change does not touch" if kept else ""))
         return changed
 
     def _header(self, started: str | None) -> dict:
