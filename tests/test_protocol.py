@@ -188,12 +188,14 @@ def test_profiles_resolve_per_dataset():
     assert make_plan("sent", "paper").n_fine == (5, 10, 20, 100)
     # NEWS's HYP warms up with the Euclidean metric at EUC's rate (chosen on dev_old); SENT's does not
     news_hyp = make_plan("news", "paper").train_config("pretrain", 0, model="hyp")
-    assert (news_hyp.euclidean_warmup, news_hyp.euclidean_warmup_lr, news_hyp.lr) == (2000, 1e-3, 3e-4)
+    assert (news_hyp.euclidean_warmup, news_hyp.euclidean_warmup_lr, news_hyp.lr) == (2000, 1e-3, 1e-3)
+    # ... and fine-tunes (and trains from scratch) at Adam 3e-4 (its finetune_lr)
+    assert {make_plan("news", "paper").train_config(stage, 0, model="hyp").lr for stage in ("finetune", "scratch")} == {3e-4}
     assert make_plan("sent", "paper").train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
-    # --set wins over a per-model entry of the same field (NEWS HYP's lr 3e-4), for every model
-    faster = make_plan("news", "paper", settings={"lr": "1e-3"})
-    assert {faster.train_config("pretrain", 0, model=m).lr for m in ("mlp", "euc", "hyp")} == {1e-3}
-    assert faster.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000  # the entry's other fields stay
+    # --set wins over a per-model entry of the same field (NEWS HYP's lr 1e-3), for every model
+    slower = make_plan("news", "paper", settings={"lr": "5e-4"})
+    assert {slower.train_config("pretrain", 0, model=m).lr for m in ("mlp", "euc", "hyp")} == {5e-4}
+    assert slower.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000  # the entry's other fields stay
     quick = make_plan("news", "quick")
     assert quick.hp["max_len"] == 128 and make_plan("sent", "quick").hp["max_len"] == 32
     # the selection of cells is not part of the fingerprint, hyperparameters are

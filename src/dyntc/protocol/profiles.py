@@ -163,10 +163,14 @@ PAPER = Profile(
     # at dev_old 0.620; 3e-4 passed that at 3,800 episodes, still rising (sixth session). At 3e-4 it still
     # sat at a chance-level loss for 1,500-9,100 episodes (split 1 ended at dev_old 0.30), so its first
     # 2,000 episodes train with the Euclidean metric at EUC's Adam 1e-3 (euclidean_warmup): chosen on the
-    # final dev_old of all five splits' pretraining against the run without it (twelfth/thirteenth sessions)
+    # final dev_old of all five splits' pretraining against the run without it (twelfth/thirteenth sessions).
+    # After the warm-up the hyperbolic phase also trains at Adam 1e-3: best dev_old under this profile's
+    # rule higher than at 3e-4 on all five splits (seventeenth/eighteenth sessions); the warm-up ends the
+    # loss's rise that 1e-3 from the start had. Fine-tuning and scratch stay at 3e-4 (finetune_lr), the
+    # rate those cells were run and compared at: the selection scored pretraining only.
     # SENT and NEWS: how the MLP is fine-tuned (MLP_FINETUNE)
-    per_model={"news": {"hyp": {"max_norm": 10.0, "learn_scale": True, "lr": 3e-4, "euclidean_warmup": 2000,
-                                      "euclidean_warmup_lr": 1e-3}, **MLP_FINETUNE["news"]},
+    per_model={"news": {"hyp": {"max_norm": 10.0, "learn_scale": True, "lr": 1e-3, "finetune_lr": 3e-4,
+                                      "euclidean_warmup": 2000, "euclidean_warmup_lr": 1e-3}, **MLP_FINETUNE["news"]},
                "sent": MLP_FINETUNE["sent"], "*": {}},
     description=(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
@@ -175,9 +179,9 @@ PAPER = Profile(
         "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
         "EUC/HYP pretraining does not stop early before 3,000 episodes, nor while its training loss is at chance "
         "(pretrain_min_episodes; held evaluations do not count towards the patience). NEWS: HYP soft-clips "
-        "its encoder output to norm <= 10 before the lift, learns its logit scale and trains with Adam 3e-4, "
-        "its first 2,000 pretraining episodes with the Euclidean metric at Adam 1e-3 (per_model, chosen on "
-        "dev_old; without them HYP stays at chance, then stalls, on NEWS). SENT: the MLP "
+        "its encoder output to norm <= 10 before the lift, learns its logit scale, pretrains its first 2,000 "
+        "episodes with the Euclidean metric (both phases at Adam 1e-3) and fine-tunes at Adam 3e-4 (per_model, "
+        "chosen on dev_old; without them HYP stays at chance, then stalls, on NEWS). SENT: the MLP "
         "fine-tunes with Adam 1e-2 (per_model finetune_lr, chosen on dev_new). SENT and NEWS: the MLP's new output layer "
         "is first fitted as a logistic regression on the frozen encoder's features, then the network is "
         "fine-tuned from it, early stopping counting the fitted start (per_model finetune_fit_head, chosen on dev_new)."
