@@ -10,8 +10,10 @@ that by default nothing stops it early (``pretrain_min_episodes`` at the episode
 whole dev_old trajectory is seen. The stage keeps its snapshot in OUT/checkpoints/ and resumes from
 it when rerun; at its end it saves the pretrained weights there (MODEL.safetensors and MODEL.json).
 Both fit the real run's stage with the same settings while the profile's own stopping rule, replayed
-on the dev history, would not have stopped the stage sooner: copy the snapshot (to go on there) or the
-finished weights (used as they are, with a note in results.json) into the run's checkpoints/splitK/. Prints the dev_old history at the end; `--show` prints the
+on the dev history, would not have stopped the stage sooner, or would have stopped it where its best
+dev score so far was not beaten later (the stage may be killed once `--show` says the rule stops it):
+copy the snapshot (to go on there, or taken as the stage's end) or the finished weights (used as they
+are, with a note in results.json) into the run's checkpoints/splitK/. Prints the dev_old history at the end; `--show` prints the
 history a stage's snapshot holds, without training (or, for a run directory, the finished stage's
 history in its results.json: `--show docs/runs/news-sru-paper --split 1`), and where the profile's
 own rule would stop that history with its best dev_old by then: what the real run's stage keeps.

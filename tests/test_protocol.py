@@ -506,7 +506,8 @@ def test_a_stage_whose_weights_do_not_load_whole_pretrains_afresh(tiny_run, smal
 def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_rule_ends_alike(small_sent, tmp_path, counted):
     """A selection run that does not stop early (floor = budget, as scripts/pretrain_stage.py trains)
     gives the run's weights where the run's own rule, replayed on their dev history, would not have
-    stopped sooner: they load with a note; where it would have, the stage is pretrained afresh."""
+    stopped sooner, or would have with the same best weights (no later score beat the best by then):
+    they load with a note; where a later score did, the stage is pretrained afresh."""
     import shutil
 
     settings = {"pretrain_episodes": "30"}
@@ -515,8 +516,10 @@ def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_
     assert selection["pretraining"]["0"]["euc"]["steps"] == 30
     weights = tmp_path / "selection" / "checkpoints" / "split0"
     proto, sup = counted
-    for scores, loaded in (((0.3, 0.4, 0.5), True), ((0.5, 0.4, 0.3), False)):  # patience 1: the second stops at 20
-        run_dir = tmp_path / f"run-{loaded}"
+    # patience 1: the second and third stop at 20; the third's weights (its best, at 30) are not the rule's
+    for scores, loaded, note_says in (((0.3, 0.4, 0.5), True, "ends alike"), ((0.5, 0.4, 0.3), True, "ends it at step 20"),
+                                      ((0.5, 0.4, 0.6), False, "")):
+        run_dir = tmp_path / f"run-{scores[-1]}"
         (run_dir / "checkpoints").mkdir(parents=True)
         shutil.copytree(weights, run_dir / "checkpoints" / "split0")
         side = run_dir / "checkpoints" / "split0" / "euc.json"
@@ -528,9 +531,10 @@ def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_
                         progress=False, log=messages.append)
         assert (proto.calls == calls) == loaded
         note = out["pretraining"]["0"]["euc"].get("note", "")
-        assert ("another stopping rule" in note and "'pretrain_min_episodes': 30" in note) == loaded
+        assert ("another stopping rule" in note and "'pretrain_min_episodes': 30" in note and note_says in note) == loaded
         if loaded:  # the un-tuned cell is the selection run's own
             assert [r["acc_all"] for r in out["rows"]] == [r["acc_all"] for r in selection["rows"]]
+            assert out["pretraining"]["0"]["euc"]["steps"] == (30 if scores[-1] == 0.5 else 20)
         else:
             assert out["pretraining"]["0"]["euc"]["history"] != info["history"]
     # the rule is the only thing that may differ: weights of another lr are not the run's

@@ -523,8 +523,17 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
     # non-improving 2nd evaluation (patience 1) at step 20 stops a floor <= 20, not a floor of 25
     edited = tmp_path / "edited.pt"
     torch.save({**saved, "step": 20, "history": [{"step": 10, "dev_acc": 0.5}, {"step": 20, "dev_acc": 0.4}]}, edited)
-    assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=edited), "prototypical", model=probe) is None
     assert load_snapshot(TrainConfig(**cfg, min_steps=25, snapshot=edited), "prototypical", model=probe) is not None
+    # ... and a snapshot that went on past where the rule stops it is that stage's end when no later
+    # score beat the best by then (its best weights are the rule's): here the rule stops at step 20
+    ended = load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=edited), "prototypical", model=probe)
+    assert ended["done"] and all(torch.equal(ended["model"][k], saved["best_state"][k]) for k in saved["best_state"])
+    assert (ended["result"]["steps"], ended["result"]["stopped_early"], ended["result"]["best_dev_acc"]) == (20, True, 0.5)
+    beaten = tmp_path / "beaten.pt"  # a score above 0.5 after step 20: the rule's weights are lost
+    torch.save({**saved, "step": 30, "history": [{"step": 10, "dev_acc": 0.5}, {"step": 20, "dev_acc": 0.4},
+                                                 {"step": 30, "dev_acc": 0.6}]}, beaten)
+    with pytest.warns(UserWarning, match="went on past episode/epoch 20.*starts from its beginning"):
+        assert load_snapshot(TrainConfig(**cfg, min_steps=15, snapshot=beaten), "prototypical", model=probe) is None
     # the patience is part of the replayed rule too; what the loop computes (here its seed) is the key
     assert load_snapshot(TrainConfig(**{**cfg, "patience": 2}, min_steps=40, snapshot=snapshot), "prototypical", model=probe) is not None
     assert load_snapshot(TrainConfig(**{**cfg, "seed": 3}, min_steps=40, snapshot=snapshot), "prototypical", model=probe) is None
@@ -571,7 +580,12 @@ def test_a_stage_run_to_its_budget_fits_any_rule_that_would_not_have_stopped_it(
     # ... and then says so, as a fresh loop under that rule would (it stops at the budget's evaluation)
     assert load_snapshot(TrainConfig(**cfg, patience=2, min_steps=0, snapshot=declining), "prototypical",
                          model=model)["result"]["stopped_early"]
-    assert not fits(declining, patience=1, min_steps=0)  # would have stopped at step 20
+    # would have stopped at step 20, with step 10's weights, which the stage restored too: cut back there
+    cut = load_snapshot(TrainConfig(**cfg, patience=1, min_steps=0, snapshot=declining), "prototypical", model=model)
+    assert cut["done"] and cut["result"]["history"] == history(0.5, 0.4) and cut["result"]["steps"] == 20
+    late = tmp_path / "late.pt"  # ... not where a later score beat the best: the stage restored other weights
+    torch.save({**saved, "result": {**saved["result"], "history": history(0.5, 0.4, 0.6)}}, late)
+    assert not fits(late, patience=1, min_steps=0)
     assert fits(declining, patience=1, min_steps=25)  # its floor holds step 20
     assert not fits(early, patience=1, min_steps=0)
     # what the fitted snapshot gives: the saved result at once, its weights loaded
@@ -597,7 +611,9 @@ def test_ended_under_replays_held_evaluations_and_epoch_histories():
     epochs = {"history": [{"epoch": e, "loss": 1.0, "dev_acc": a} for e, a in enumerate([0.2, 0.3, 0.25, 0.2])],
               "stopped_early": True}
     assert ended_under(epochs, TrainConfig(patience=2), "supervised", chance=None) == epochs  # stops at epoch 3 too
-    assert ended_under(epochs, cfg, "supervised", chance=None) is None  # patience 1: at epoch 2, sooner
+    # patience 1 stops at epoch 2, sooner, but with epoch 1's weights, which the loop restored too
+    assert ended_under(epochs, cfg, "supervised", chance=None) == {**epochs, "history": epochs["history"][:3], "steps": 2,
+                                                                   "best_dev_acc": 0.3}
     assert ended_under(epochs, TrainConfig(patience=3), "supervised", chance=None) is None  # would go on
     with pytest.raises(ValueError, match="kind must be one of"):
         ended_under(ran, cfg, "proto", chance=None)

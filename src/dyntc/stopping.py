@@ -21,7 +21,10 @@ the current rule, and an unfinished snapshot fits when that rule would not have 
 the saved step. So a stage whose slow start outlasts its floor can get a higher one (or the chance
 hold) without losing its work. A finished snapshot fits the rule it stopped under and any rule that
 would have ended it alike (:func:`ended_under`: at the same evaluation, or not before its budget), as
-a run's saved pretrained weights do (dyntc.protocol.run).
+a run's saved pretrained weights do (dyntc.protocol.run). A stage that went on past where the current
+rule stops it (e.g. a selection run without early stopping) fits too when no later dev score beat
+its best by then: the best weights it keeps are then those that rule restores, and its result is cut
+back to that evaluation (:func:`cut_at`).
 """
 
 from __future__ import annotations
@@ -141,7 +144,26 @@ def ended_under(result: dict, cfg: Any, kind: str, chance: float | None) -> dict
     stop = stop_step(evaluations, cfg, chance)
     budget = cfg.max_episodes if kind == "prototypical" else cfg.max_epochs
     alike = stop == last if result.get("stopped_early") else last == budget and stop in (None, last)
-    return {**result, "stopped_early": stop is not None} if alike else None
+    if alike:
+        return {**result, "stopped_early": stop is not None}
+    return None if stop is None or stop > last else cut_at(result, stop)
+
+
+def _step(record: dict) -> int:
+    return record.get("step", record.get("epoch", 0))
+
+
+def cut_at(result: dict, stop: int) -> dict | None:
+    """A loop's `result` (``best_dev_acc``, ``steps``, ``seconds``, ``stopped_early``, ``history``) as a
+    loop stopped at the evaluation after step `stop` returns it, when the loop went on past it without
+    beating the best dev score it had by then: the weights it restores (those of the first best score)
+    are then the same. None if a later score was higher. ``seconds`` stay the time the loop ran."""
+    evaluations = [r for r in result.get("history", []) if "dev_acc" in r]
+    by_then = [r["dev_acc"] for r in evaluations if _step(r) <= stop]
+    if not by_then or max(r["dev_acc"] for r in evaluations) > max(by_then):
+        return None
+    history = [r for r in result.get("history", []) if _step(r) <= stop]
+    return {**result, "best_dev_acc": max(by_then), "steps": stop, "stopped_early": True, "history": history}
 
 
 def model_signature(model: nn.Module | None) -> dict:
@@ -203,11 +225,19 @@ def load_snapshot(cfg: Any, kind: str, chance: float | None = None, model: nn.Mo
             return state
         result = ended_under(state.get("result") or {}, cfg, kind, chance)
         return None if result is None else {**state, "result": result}
-    rule = replay(state.get("history", []), cfg, chance)
-    if rule is None:
+    rule, stop = _replayed(state.get("history", []), cfg, chance)
+    if stop is None:
+        state["best"], state["bad"] = rule.best, rule.bad
+        return state
+    # the loop went on past where this rule stops it: its result then, if its best weights are still those
+    cut = cut_at({"best_dev_acc": state.get("best"), "steps": state.get("step"), "seconds": state.get("elapsed"),
+                  "stopped_early": False, "history": state.get("history", [])}, stop)
+    if cut is None or state.get("best_state") is None:
+        warnings.warn(f"training snapshot {cfg.snapshot} went on past episode/epoch {stop}, where this stopping rule "
+                      "ends the stage, and beat its best dev score after it, so it does not hold that stage's result; "
+                      "the stage starts from its beginning and overwrites it (move the file away to keep it)", stacklevel=3)
         return None
-    state["best"], state["bad"] = rule.best, rule.bad
-    return state
+    return {"key": state["key"], "stopping": _stopping(cfg), "done": True, "model": state["best_state"], "result": cut}
 
 
 def save_snapshot(path: str | Path, state: dict) -> None:

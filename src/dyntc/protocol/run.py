@@ -194,8 +194,8 @@ class ProtocolRun:
     def _weights_fit(self, info: dict, model_name: str, pretrain: Encoded) -> dict | None:
         """Saved pretrained weights' `info` if they are this run's: pretrained with its settings, or
         under another stopping rule (e.g. a selection run of scripts/pretrain_stage.py, which does not
-        stop early) that the run's own rule, replayed on their dev history, ends alike (then `info` as
-        the run's rule would have ended it, with a note); else None."""
+        stop early) that the run's own rule, replayed on their dev history, ends alike or sooner with the
+        same best weights (then `info` as the run's rule would have ended it, with a note); else None."""
         saved = model_view(info.get("fingerprint") or {}, model_name, pretraining=True)
         now = model_view(self.plan.fingerprint(), model_name, pretraining=True)
         if saved == now:
@@ -208,6 +208,9 @@ class ProtocolRun:
         if ended is None:
             return None
         rule = {k: saved["hyperparameters"].get(k) for k in PRETRAIN_STOPPING}
+        if ended.get("steps") != info.get("steps"):
+            return {**ended, "note": f"pretrained under another stopping rule ({rule}) to step {info.get('steps')}; this "
+                                     f"run's ends it at step {ended.get('steps')}, and no later dev score beat its best by then"}
         return {**ended, "note": f"pretrained under another stopping rule ({rule}), which this run's ends alike"}
 
     def split_data(self, s: int) -> SplitData:
