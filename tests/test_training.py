@@ -277,9 +277,10 @@ def test_held_evaluations_do_not_count_towards_the_patience():
         (10, 9.0, 0.30), (20, 3.0, 0.20), (30, 2.5, 0.10), (40, 2.1, 0.20),  # held: before 30, then at chance
         (50, 1.9, 0.25), (60, 1.8, 0.29)]]  # counted: 2 evaluations without beating 0.30
     assert [is_held(cfg, h["step"], h["loss"], 2.0) for h in history] == [True, True, True, True, False, False]
-    assert replay(history[:5], cfg, 2.0).bad == 1 and replay(history, cfg, 2.0) is None
+    assert replay(history[:5], cfg, 2.0)[0].bad == 1 and replay(history[:5], cfg, 2.0)[1] is None
+    assert replay(history, cfg, 2.0)[1] == 60
     without_hold = dataclasses.replace(cfg, hold_at_chance=False)
-    assert replay(history[:4], without_hold, 2.0) is None  # step 30 and 40 count: stopped at 40
+    assert replay(history[:4], without_hold, 2.0)[1] == 40  # step 30 and 40 count: stopped at 40
     assert stop_step(history, cfg, 2.0) == 60 and stop_step(history, without_hold, 2.0) == 40
     assert stop_step(history[:5], cfg, 2.0) is None
     patience = Patience(2)

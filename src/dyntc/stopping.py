@@ -97,23 +97,19 @@ class EarlyStopping(Patience):
             load_trainable_state(self.model, self.best_state)
 
 
-def replay(history: list[dict], cfg: Any, chance: float | None) -> Patience | None:
-    """The stopping state after `history` under `cfg`'s rule; None if that rule would have stopped in it."""
-    rule, stop = _replayed(history, cfg, chance)
-    return rule if stop is None else None
-
-
 def stop_step(history: list[dict], cfg: Any, chance: float | None) -> int | None:
     """The step (episode, or epoch) at whose evaluation `cfg`'s rule stops `history`; None if it does not."""
-    return _replayed(history, cfg, chance)[1]
+    return replay(history, cfg, chance)[1]
 
 
-def _replayed(history: list[dict], cfg: Any, chance: float | None) -> tuple[Patience, int | None]:
+def replay(history: list[dict], cfg: Any, chance: float | None) -> tuple[Patience, int | None]:
+    """`cfg`'s rule replayed on `history`: its stopping state, and the step at which it stops (None: it
+    does not; the state is then the one after the whole history)."""
     rule = Patience(cfg.patience)
     for record in history:
         if "dev_acc" not in record:  # e.g. a monitor's record before the first episode
             continue
-        step = record.get("step", record.get("epoch", 0))
+        step = _step(record)
         if rule.update(record["dev_acc"], is_held(cfg, step, record.get("loss"), chance))[1]:
             return rule, step
     return rule, None
@@ -225,7 +221,7 @@ def load_snapshot(cfg: Any, kind: str, chance: float | None = None, model: nn.Mo
             return state
         result = ended_under(state.get("result") or {}, cfg, kind, chance)
         return None if result is None else {**state, "result": result}
-    rule, stop = _replayed(state.get("history", []), cfg, chance)
+    rule, stop = replay(state.get("history", []), cfg, chance)
     if stop is None:
         state["best"], state["bad"] = rule.best, rule.bad
         return state
