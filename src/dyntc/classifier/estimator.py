@@ -52,9 +52,9 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
     Parameters (stored as given by the constructor; validated by :meth:`fit`):
 
     encoder
-        ``"minilm"`` (default: all-MiniLM-L6-v2, frozen, with a trained head), the path of a local
-        sentence-transformers model, or ``"sru"`` (frozen GloVe + SRU, the paper's encoder; vocabulary
-        from the training texts).
+        ``"minilm"`` (default: all-MiniLM-L6-v2, frozen; its own embeddings, no head unless
+        ``train="head"``), the path of a local sentence-transformers model, or ``"sru"`` (frozen
+        GloVe + SRU, the paper's encoder; vocabulary from the training texts).
     metric
         ``"euclidean"`` (default) or ``"hyperbolic"`` (hyperboloid model; prototypes are Fréchet
         means). The defaults are what won on held-out data in the CLINC150 scenario
