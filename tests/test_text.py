@@ -81,3 +81,43 @@ def test_glove_subset_rebuilds_the_packaged_vocabulary_bit_for_bit(tmp_path, sma
     assert vocab_pkg.tokens == vocab_file.tokens
     assert matrix_pkg.dtype == matrix_file.dtype == np.float32
     assert np.array_equal(matrix_pkg, matrix_file)  # shortest round-tripping decimals: not one bit lost
+
+
+def test_glove_reduce_keeps_the_words_and_the_geometry_of_the_top_components(tmp_path, monkeypatch):
+    """scripts/glove_reduce.py: PCA to `dim` keeps every word in order; at the full dimension the
+    pairwise distances are those of the original vectors (a rotation of the centred cloud); at a
+    lower one, of the vectors' projection on their top principal axes; a bad --dim is named."""
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    from dyntc.errors import DyntcError
+    from dyntc.text import read_glove_file
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "scripts"))
+    import glove_reduce
+
+    rng = np.random.default_rng(0)
+    # variance concentrated on 2 of 6 axes, so 2 components keep nearly all of it
+    vectors = rng.normal(size=(40, 6)) * np.array([5.0, 3.0, 0.1, 0.1, 0.1, 0.1]) + 1.0
+    words = [f"w{i}" for i in range(40)]
+    src = tmp_path / "g.txt"
+    src.write_text("".join(f"{w} " + " ".join(f"{v:.8f}" for v in row) + "\n" for w, row in zip(words, vectors)))
+
+    def pairwise(x):
+        return np.linalg.norm(x[:, None] - x[None], axis=-1)
+
+    full, kept = glove_reduce.principal_components(vectors, 6)
+    assert kept == pytest.approx(1.0) and np.allclose(pairwise(full), pairwise(vectors))
+    two, kept = glove_reduce.principal_components(vectors, 2)
+    assert 0.99 < kept < 1.0 and np.allclose(pairwise(two), pairwise(vectors), atol=0.5)
+    with pytest.raises(DyntcError, match="--dim 7"):
+        glove_reduce.principal_components(vectors, 7)
+
+    out = tmp_path / "g2.txt"
+    monkeypatch.setattr(sys, "argv", ["glove_reduce.py", str(src), "--dim", "2", "--out", str(out)])
+    glove_reduce.main()
+    index, reduced = read_glove_file(out)
+    assert sorted(index, key=index.get) == words and reduced.shape == (40, 2)
+    assert np.allclose(reduced, two, atol=1e-5)

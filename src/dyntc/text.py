@@ -83,7 +83,9 @@ def _packaged_glove() -> tuple[dict[str, int], np.ndarray]:
     return {w: i for i, w in enumerate(words)}, vectors
 
 
-def _glove_text_file(path: Path, wanted: set[str] | None) -> tuple[dict[str, int], np.ndarray]:
+def read_glove_file(path: Path, wanted: set[str] | None = None) -> tuple[dict[str, int], np.ndarray]:
+    """A GloVe text file ('word v1 ... vd' per line) as (word → row, float32 matrix), rows in file order;
+    only the `wanted` words when given. The first of a repeated word wins."""
     if not path.is_file():
         raise DyntcError(
             f"embeddings file {str(path)!r} does not exist: pass a GloVe text file "
@@ -118,7 +120,7 @@ def glove_lookup(
     if path is None:
         index, vectors = _packaged_glove()
     else:
-        index, vectors = _glove_text_file(Path(path), wanted)
+        index, vectors = read_glove_file(Path(path), wanted)
     found = {w: np.asarray(vectors[index[w]], dtype=np.float32) for w in wanted if w in index}
     dim = int(vectors.shape[1]) if vectors.ndim == 2 and vectors.shape[1] else 0
     if dim == 0 and require:
