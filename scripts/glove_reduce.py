@@ -40,9 +40,14 @@ def main() -> None:
     parser.add_argument("--dim", type=int, required=True, help="dimensions to keep")
     parser.add_argument("--out", type=Path, required=True, help="GloVe text file to write")
     args = parser.parse_args()
-    index, vectors = read_glove_file(args.glove)
+    try:
+        if args.dim < 1:
+            raise DyntcError(f"--dim {args.dim}: must be at least 1")
+        index, vectors = read_glove_file(args.glove)
+        reduced, kept = principal_components(vectors.astype(np.float64), args.dim)
+    except DyntcError as exc:
+        raise SystemExit(f"error: {exc}") from None
     words = sorted(index, key=index.get)  # the file's order (rows follow it)
-    reduced, kept = principal_components(vectors.astype(np.float64), args.dim)
     lines = (f"{word} " + " ".join(f"{v:.6f}" for v in row) for word, row in zip(words, reduced))
     with atomic_write(args.out) as tmp:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

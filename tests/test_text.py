@@ -121,3 +121,10 @@ def test_glove_reduce_keeps_the_words_and_the_geometry_of_the_top_components(tmp
     index, reduced = read_glove_file(out)
     assert sorted(index, key=index.get) == words and reduced.shape == (40, 2)
     assert np.allclose(reduced, two, atol=1e-5)
+
+    for argv, message in (([str(src), "--dim", "0"], "--dim 0: must be at least 1"),
+                          ([str(src), "--dim", "9"], "--dim 9: must be between 1 and the vectors' 6"),
+                          ([str(tmp_path / "none.txt"), "--dim", "2"], "does not exist")):
+        monkeypatch.setattr(sys, "argv", ["glove_reduce.py", *argv, "--out", str(tmp_path / "x.txt")])
+        with pytest.raises(SystemExit, match=message):
+            glove_reduce.main()
