@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Prepares .gpu/ for a GPU host that is sent the work tree but reaches no package index (docs/results.md §8):
+# each dataset's folder from the data directory, and the GloVe vectors of its words (`dyntc export-glove`,
+# the same vocabulary and vectors bit for bit). There, from the source tree:
+#   export PYTHONPATH=$PWD/src DYNTC_DATA=$PWD/.gpu/data
+#   python3 -m dyntc reproduce --dataset news ... --device cuda --jobs 5 --embeddings .gpu/glove-news.txt --out DIR
+# .gpu/ is git-ignored: send it with the command (the device tool's carry), with the run's --out directory.
+# Usage: DYNTC_DATA=../shared/datasets bash scripts/gpu_bundle.sh news [sent ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -gt 0 ] || { echo "usage: bash scripts/gpu_bundle.sh DATASET [DATASET ...] (e.g. news)" >&2; exit 2; }
+mkdir -p .gpu/data
+for dataset in "$@"; do
+  folder=$(.venv/bin/python -c "import sys; from dyntc.data.datasets import DATASETS, resolve_name
+print(DATASETS[resolve_name(sys.argv[1])].folder)" "$dataset")
+  source_dir=$(.venv/bin/python -c "from dyntc.data.datasets import data_root; print(data_root())")/$folder
+  [ -d "$source_dir" ] || { echo "gpu_bundle: $source_dir not found (set DYNTC_DATA to the data directory)" >&2; exit 1; }
+  rm -rf ".gpu/data/$folder" && cp -r "$source_dir" .gpu/data/ && chmod -R u+w ".gpu/data/$folder"
+  .venv/bin/dyntc export-glove --dataset "$dataset" --out ".gpu/glove-$dataset.txt"
+done
+du -sh .gpu
