@@ -4,6 +4,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, accuracies, make_plan
 from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
-from dyntc.report import PAPER_TABLE2, aggregate, tables_markdown, time_shares
+from dyntc.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
 from dyntc.training import Encoded, machine_description
 
 ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
@@ -275,7 +276,7 @@ def test_tiny_run_schema(tiny_run, small_sent):
     assert all(r["n_test_new"] == n_new_test for r in rows)
 
 
-def test_tiny_run_report(tiny_run):
+def test_tiny_run_report(tiny_run, tmp_path):
     out, results = tiny_run
     tables = (out / "tables.md").read_text()
     assert "Table 2 layout" in tables and "Table 3 layout" in tables and "Benefits of pretraining" in tables
@@ -298,6 +299,13 @@ def test_tiny_run_report(tiny_run):
     assert time_shares({**results, "rows": [], "pretraining": {}}) == {}
     # a later invocation that ran only n_fine 10 (its header says so) keeps the n_fine 5 columns
     assert "n_fine=5" in tables_markdown({**results, "n_fine": [10]})
+    # a run of scratch cells only: no accuracy plot (no line to draw), no matplotlib warning
+    scratch_only = {**results, "rows": [r for r in results["rows"] if r["variant"] == "scratch"]}
+    assert scratch_only["rows"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_accuracy(scratch_only, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):

@@ -346,7 +346,8 @@ def plot_accuracy(results: dict, path: Path) -> Path | None:
     agg = aggregate(results)
     fines = _n_fine_values(agg)
     models = _models(results, agg)
-    if not fines or not models:
+    # a run of scratch cells only has no line to draw (its bars are the pretraining-gain figure's)
+    if not fines or not any((m, v, n) in agg for m in models for v in ("fine-tuned", "un-tuned") for n in fines):
         return None
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
