@@ -9,11 +9,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: bash scripts/gpu_bundle.sh DATASET [DATASET ...] (e.g. news)" >&2; exit 2; }
+[ -x .venv/bin/python ] || { echo "gpu_bundle: no .venv here: run bash scripts/setup.sh first" >&2; exit 1; }
 mkdir -p .gpu/data
 for dataset in "$@"; do
-  folder=$(.venv/bin/python -c "import sys; from dyntc.data.datasets import DATASETS, resolve_name
-print(DATASETS[resolve_name(sys.argv[1])].folder)" "$dataset")
-  source_dir=$(.venv/bin/python -c "from dyntc.data.datasets import data_root; print(data_root())")/$folder
+  # the dataset's folder in the data directory (an unknown name: one line naming the known ones)
+  source_dir=$(.venv/bin/python -c "import sys
+from dyntc.data.datasets import DATASETS, data_root, resolve_name
+from dyntc.errors import DyntcError
+try:
+    print(data_root() / DATASETS[resolve_name(sys.argv[1])].folder)
+except DyntcError as exc:
+    sys.exit(f'gpu_bundle: {exc}')" "$dataset")
+  folder=$(basename "$source_dir")
   [ -d "$source_dir" ] || { echo "gpu_bundle: $source_dir not found (set DYNTC_DATA to the data directory)" >&2; exit 1; }
   rm -rf ".gpu/data/$folder" && cp -r "$source_dir" .gpu/data/ && chmod -R u+w ".gpu/data/$folder"
   .venv/bin/dyntc export-glove --dataset "$dataset" --out ".gpu/glove-$dataset.txt"
