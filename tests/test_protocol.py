@@ -14,7 +14,7 @@ import torch
 import dyntc.protocol as protocol
 import dyntc.protocol.run as protocol_run
 from dyntc.errors import DyntcError
-from dyntc.protocol import ProtocolRun, accuracies, make_plan
+from dyntc.protocol import ProtocolRun, accuracies, make_plan, model_view
 from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
@@ -44,9 +44,11 @@ class Counter:
 
     def __init__(self, fn, fail_after=None):
         self.fn, self.calls, self.fail_after = fn, 0, fail_after
+        self.configs = []  # each call's TrainConfig
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
+        self.configs.append(args[3] if len(args) > 3 else kwargs.get("cfg"))
         if self.fail_after is not None and self.calls > self.fail_after:
             raise KeyboardInterrupt("simulated interruption")
         return self.fn(*args, **kwargs)
@@ -190,8 +192,8 @@ def test_profiles_resolve_per_dataset():
     # NEWS's HYP warms up with the Euclidean metric at EUC's rate (chosen on dev_old); SENT's does not
     news_hyp = make_plan("news", "paper").train_config("pretrain", 0, model="hyp")
     assert (news_hyp.euclidean_warmup, news_hyp.euclidean_warmup_lr, news_hyp.lr) == (2000, 1e-3, 1e-3)
-    # ... and fine-tunes (and trains from scratch) at Adam 3e-4 (its finetune_lr)
-    assert {make_plan("news", "paper").train_config(stage, 0, model="hyp").lr for stage in ("finetune", "scratch")} == {3e-4}
+    # ... fine-tunes at Adam 3e-4 (its finetune_lr), and trains from scratch as it pretrains (scratch_like_pretraining)
+    assert [make_plan("news", "paper").train_config(stage, 0, model="hyp").lr for stage in ("finetune", "scratch")] == [3e-4, 1e-3]
     assert make_plan("sent", "paper").train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
     # --set wins over a per-model entry of the same field (NEWS HYP's lr 1e-3), for every model
     slower = make_plan("news", "paper", settings={"lr": "5e-4"})
@@ -491,6 +493,87 @@ def test_scratch_view_names_what_scratch_cells_depend_on():
     assert all(scratch_view(f, "hyp") == scratch_view(base, "hyp") for f in same)
     assert all(scratch_view(f, "hyp") != scratch_view(base, "hyp") for f in other)
     assert scratch_view(same[0], "euc") == scratch_view(base, "euc")  # HYP's per-model settings are not EUC's
+
+
+def test_scratch_like_pretraining_trains_a_fresh_metric_model_with_the_pretraining_recipe():
+    """NEWS HYP's scratch cells (paper) take the pretraining stage's lr, Euclidean warm-up, slow-start
+    guard and budget; its fine-tuned cells, EUC's scratch cells and SENT's do not. The MLP may not set it."""
+    news = make_plan("news", "paper")
+    scratch, finetune = news.train_config("scratch", 0, model="hyp"), news.train_config("finetune", 0, model="hyp")
+    pretrain = news.train_config("pretrain", 0, model="hyp")
+    for field in ("lr", "euclidean_warmup", "euclidean_warmup_lr", "min_steps", "hold_at_chance", "max_episodes", "patience"):
+        assert getattr(scratch, field) == getattr(pretrain, field), field
+    assert (scratch.lr, scratch.euclidean_warmup, scratch.min_steps, scratch.hold_at_chance) == (1e-3, 2000, 3000, True)
+    assert (finetune.lr, finetune.euclidean_warmup, finetune.min_steps, finetune.hold_at_chance) == (3e-4, 0, 0, False)
+    euc = news.train_config("scratch", 0, model="euc")
+    assert euc == news.train_config("finetune", 0, model="euc") and euc.min_steps == 0
+    sent = make_plan("sent", "paper")
+    assert sent.train_config("scratch", 0, model="hyp") == sent.train_config("finetune", 0, model="hyp")
+    everyone = make_plan("sent", "paper", settings={"scratch_like_pretraining": "yes"})
+    assert everyone.train_config("scratch", 0, model="euc").min_steps == 3000
+    assert everyone.train_config("scratch", 0, model="mlp", n_train=50) == sent.train_config("scratch", 0, model="mlp", n_train=50)
+    with pytest.raises(DyntcError, match="scratch_like_pretraining.*EUC/HYP.*set it for euc or hyp"):
+        dataclasses.replace(protocol.PAPER, per_model={"*": {"mlp": {"scratch_like_pretraining": True}}})
+
+
+def test_scratch_like_pretraining_is_read_by_scratch_cells_only():
+    """The setting is in the scratch cells' view (which then follows the pretraining settings, not the
+    fine-tuning ones) and in no other cell's or pretrained weights' view."""
+    from dyntc.protocol.plan import scratch_view
+
+    def fp(hyp, **top):
+        fingerprint = make_plan("news", "paper", settings={k: str(v) for k, v in top.items()}).fingerprint()
+        return {**fingerprint, "hyperparameters": {**fingerprint["hyperparameters"], "per_model": {"hyp": hyp}}}
+
+    plain = fp({"lr": 1e-3, "finetune_lr": 3e-4, "euclidean_warmup": 2000})
+    like = fp({"lr": 1e-3, "finetune_lr": 3e-4, "euclidean_warmup": 2000, "scratch_like_pretraining": True})
+    assert scratch_view(like, "hyp") != scratch_view(plain, "hyp")
+    assert model_view(like, "hyp") == model_view(plain, "hyp")
+    assert model_view(like, "hyp", pretraining=True) == model_view(plain, "hyp", pretraining=True)
+    assert scratch_view(like, "euc") == scratch_view(plain, "euc") and model_view(like, "euc") == model_view(plain, "euc")
+    # under it, scratch follows the pretraining lr and warm-up, not finetune_lr nor the fine-tuning budget
+    like_ft = fp({"lr": 1e-3, "finetune_lr": 1e-2, "euclidean_warmup": 2000, "scratch_like_pretraining": True}, finetune_episodes=50)
+    like_pre = fp({"lr": 3e-4, "finetune_lr": 3e-4, "euclidean_warmup": 2000, "scratch_like_pretraining": True})
+    like_warm = fp({"lr": 1e-3, "finetune_lr": 3e-4, "euclidean_warmup": 500, "scratch_like_pretraining": True})
+    assert scratch_view(like_ft, "hyp") == scratch_view(like, "hyp")
+    assert scratch_view(like_pre, "hyp") != scratch_view(like, "hyp") and scratch_view(like_warm, "hyp") != scratch_view(like, "hyp")
+    # the current paper profile's NEWS HYP is `like` with its other settings
+    assert make_plan("news", "paper").model_hp("hyp")["scratch_like_pretraining"] is True
+
+
+def test_tables_name_the_models_whose_scratch_cells_take_the_pretraining_recipe(tiny_run):
+    _, results = tiny_run
+    assert "the pretraining recipe" not in tables_markdown(results)
+    config = {**results["config"], "per_model": {"hyp": {"scratch_like_pretraining": True}}}
+    text = tables_markdown({**results, "config": config})
+    assert "Scratch = the fine-tuning recipe on a freshly initialised model (HYP: the pretraining recipe" in text
+
+
+def test_redo_after_a_scratch_only_change_recomputes_the_scratch_cells_only(tiny_run, small_sent, tmp_path, counted):
+    """Turning scratch_like_pretraining on for HYP contradicts its finished scratch cells only: the run
+    is refused with the way out named, and --redo hyp recomputes those cells (with the pretraining
+    recipe) and keeps HYP's pretraining and its other cells."""
+    import shutil
+
+    out, results = tiny_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(out, run_dir)
+    like = dataclasses.replace(protocol.TINY, per_model={"*": {"hyp": {"scratch_like_pretraining": True}}})
+    with pytest.raises(DyntcError, match="different configuration.*for hyp; .*pass --redo hyp"):
+        reproduce(small_sent, like, run_dir, progress=False, log=lambda m: None)
+    proto, sup = counted
+    messages = []
+    again = reproduce(small_sent, like, run_dir, redo="hyp", progress=False, log=messages.append)
+    scratch = [r for r in results["rows"] if r["model"] == "hyp" and r["variant"] == "scratch"]
+    assert scratch and any(f"--redo hyp: discarding {len(scratch)} finished cells and 0 pretraining records" in m for m in messages)
+    assert proto.calls == len(scratch) and sup.calls == 0
+    assert all(cfg.max_episodes == protocol.TINY.pretrain_episodes and cfg.lr == protocol.TINY.lr for cfg in proto.configs)
+    def others(rows):
+        return [r for r in rows if not (r["model"] == "hyp" and r["variant"] == "scratch")]
+
+    assert others(again["rows"]) == others(results["rows"])
+    assert again["pretraining"] == results["pretraining"]
+    assert reproduce(small_sent, like, run_dir, progress=False, log=lambda m: None)["rows"] == again["rows"]  # resumes
 
 
 def test_a_stage_whose_weights_do_not_load_whole_pretrains_afresh(tiny_run, small_sent, tmp_path):

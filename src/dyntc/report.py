@@ -164,7 +164,7 @@ def tables_markdown(results: dict) -> str:
             ],
         )
     lines += _table3(results, agg, dataset, fines, models, n_splits)
-    lines += _gain_table(agg, dataset, fines, models, n_splits)
+    lines += _gain_table(agg, dataset, fines, models, n_splits, _scratch_like_pretraining(results.get("config") or {}))
     lines += _timing(results, agg, fines, models)
     notes = _notes(results, dataset)
     if notes:
@@ -244,7 +244,14 @@ def _table3(results, agg, dataset, fines, models, n_splits) -> list[str]:
     return lines
 
 
-def _gain_table(agg, dataset, fines, models, n_splits) -> list[str]:
+def _scratch_like_pretraining(config: dict) -> list[str]:
+    """The EUC/HYP models whose scratch cells train with the pretraining recipe (the run's config)."""
+    own = config.get("per_model") or {}
+    return [m for m in ("euc", "hyp")
+            if (own.get(m) or {}).get("scratch_like_pretraining", config.get("scratch_like_pretraining", False))]
+
+
+def _gain_table(agg, dataset, fines, models, n_splits, like_pretraining=()) -> list[str]:
     rows = []
     for m in models:
         for n in fines:
@@ -259,7 +266,10 @@ def _gain_table(agg, dataset, fines, models, n_splits) -> list[str]:
     if not rows:
         return []
     return ["", "## Benefits of pretraining (all classes)", "",
-            "Scratch = the fine-tuning recipe on a freshly initialised model; relative error reduction = "
+            "Scratch = the fine-tuning recipe on a freshly initialised model"
+            + (f" ({', '.join(MODEL_LABELS.get(m, m) for m in like_pretraining)}: the pretraining recipe, "
+               "scratch_like_pretraining)" if like_pretraining else "")
+            + "; relative error reduction = "
             "(acc_pretrained − acc_scratch) / (100 − acc_scratch); brackets: the paper's quoted figure.", ""] + _table(
         ["Model", "n_fine", "scratch", "pretrained + fine-tuned", "gain", "relative error reduction"], rows)
 

@@ -10,7 +10,8 @@ For each random label split (:mod:`dyntc.data.dynamic`) and each model (MLP, EUC
      layer + supervised training; EUC/HYP: episodic training); prototypes from those examples;
    - ``un-tuned``: no training; prototypes from the pretrained encoder and the ``n_fine`` examples
      (MLP: k-NN, k=5, on its penultimate layer = the paper's MLP-KNN);
-   - ``scratch``: the fine-tuned recipe applied to a freshly initialised model (no pretraining);
+   - ``scratch``: the fine-tuned recipe applied to a freshly initialised model (no pretraining; EUC/HYP
+     with ``scratch_like_pretraining``: the pretraining recipe);
 
    Early stopping during fine-tuning / scratch training uses the dev set labelled with ``Y_new``
    (``dev_new``), with prototypes built from the ``n_fine`` examples.

@@ -52,7 +52,9 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 # left out of the fingerprint at that value, so those runs still resume.
 _NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False,
                                         "finetune_fit_head": False, "euclidean_warmup": 0,
-                                        "euclidean_warmup_lr": None}
+                                        "euclidean_warmup_lr": None, "scratch_like_pretraining": False}
+# Profile fields only the scratch variant reads: other cells (and pretrained weights) do not depend on them
+SCRATCH_ONLY = ("scratch_like_pretraining",)
 
 
 @dataclass
@@ -111,9 +113,10 @@ class RunPlan:
                      n_train: int | None = None) -> TrainConfig:
         """The training loop's settings for `model`'s ``"pretrain"``, ``"finetune"`` or ``"scratch"`` stage
         (the last two share the fine-tuning settings, except the MLP's fitted head, which needs a
-        pretrained encoder); `n_train` examples raise the MLP's few-shot epochs."""
+        pretrained encoder, and EUC/HYP scratch under ``scratch_like_pretraining``, which takes the
+        pretraining ones); `n_train` examples raise the MLP's few-shot epochs."""
         hp = self.model_hp(model) if model else self.hp
-        pre = stage == "pretrain"
+        pre = stage == "pretrain" or (stage == "scratch" and model in METRIC_MODELS and bool(hp["scratch_like_pretraining"]))
         hyp_pre = pre and model == "hyp"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
@@ -255,12 +258,21 @@ def model_view(fingerprint: dict, model: str, pretraining: bool = False) -> dict
     that tuning one model leaves the others' finished work valid (also :data:`HYP_ONLY` settings made for
     the whole profile). With `pretraining`, also without the
     settings of the later stages (``finetune_*``, MLP-KNN's k, the test cap): what a pretrained model's
-    weights depend on, so that changing how a model is fine-tuned keeps its pretraining."""
+    weights depend on, so that changing how a model is fine-tuned keeps its pretraining. Settings only
+    the scratch variant reads (:data:`SCRATCH_ONLY`) are left out: :func:`scratch_view` has them."""
+    return _own_view(fingerprint, model, pretraining, unread=SCRATCH_ONLY)
+
+
+def _own_view(fingerprint: dict, model: str, pretraining: bool = False, unread: tuple[str, ...] = ()) -> dict:
+    """:func:`model_view` with the fields in `unread` left out (none: as the scratch variant sees it)."""
     hp = fingerprint.get("hyperparameters")
     if not isinstance(hp, dict):
         return fingerprint
     per_model = hp.get("per_model") or {}
     own = per_model.get(model) if isinstance(per_model, dict) else per_model
+    hp = {k: v for k, v in hp.items() if k not in unread}
+    if isinstance(own, dict) and any(k in own for k in unread):
+        own = {k: v for k, v in own.items() if k not in unread} or None
     if model != "hyp":
         hp = {k: v for k, v in hp.items() if k not in HYP_ONLY}
     if pretraining:
@@ -276,18 +288,24 @@ def scratch_view(fingerprint: dict, model: str) -> dict:
     """A :func:`model_view` as the scratch variant sees it, resolved for `model`: without the settings
     only pretraining reads (``pretrain_*``, the Euclidean warm-up) or only other variants read (the
     MLP's fitted head, MLP-KNN's k), and with the learning rate scratch trains at (``finetune_lr``,
-    else ``lr``). Scratch cells never see pretrained weights, so a change of how a model is pretrained
-    keeps them: its scratch cells at n_fine 500 may cost as much as its pretraining."""
-    view = model_view(fingerprint, model)
+    else ``lr``). Under ``scratch_like_pretraining`` (EUC/HYP) it is the other way round: the
+    pretraining stage's settings, its lr and HYP's warm-up, without the fine-tuning stage's. Scratch
+    cells never see pretrained weights, so a change of the stage whose recipe they do not take keeps
+    them: its scratch cells at n_fine 500 may cost as much as its pretraining."""
+    view = _own_view(fingerprint, model)
     hp = view.get("hyperparameters")
     own = hp.get("per_model") if isinstance(hp, dict) else None
     if not isinstance(hp, dict) or not isinstance(own, (dict, type(None))):
         return view
     resolved = {**_NEW_FIELD_DEFAULTS, **{k: v for k, v in hp.items() if k != "per_model"}, **(own or {})}
-    if resolved["finetune_lr"] is not None:
-        resolved["lr"] = resolved["finetune_lr"]
-    unread = ("finetune_lr", "finetune_fit_head", "knn_k", *HYP_ONLY)
-    kept = {k: v for k, v in resolved.items() if not k.startswith("pretrain_") and k not in unread}
+    like_pretraining = model in METRIC_MODELS and bool(resolved["scratch_like_pretraining"])
+    if like_pretraining:  # the pretraining stage's settings (the warm-up too, for HYP), not fine-tuning's
+        stage, unread = "finetune_", ("knn_k", *(HYP_ONLY if model != "hyp" else ()))
+    else:
+        if resolved["finetune_lr"] is not None:
+            resolved["lr"] = resolved["finetune_lr"]
+        stage, unread = "pretrain_", ("finetune_lr", "finetune_fit_head", "knn_k", *HYP_ONLY, *SCRATCH_ONLY)
+    kept = {k: v for k, v in resolved.items() if not k.startswith(stage) and k not in unread}
     return {**view, "hyperparameters": kept}
 
 

@@ -82,12 +82,15 @@ def joined_grid(old: dict, plan: RunPlan) -> dict[str, Any]:
 def _still_valid(old: dict, model: str, saved: dict, fingerprint: dict) -> bool:
     """Whether `model`'s finished work in the results file `old` (written under `saved`) holds under
     `fingerprint`: its settings are the same, or all it has finished is scratch cells, whose settings
-    (:func:`scratch_view`) are."""
+    (:func:`scratch_view`) are. Its scratch cells hold only where their own settings are the same."""
+    rows = [r for r in old.get("rows") or [] if r.get("model") == model]
+    scratch_same = scratch_view(saved, model) == scratch_view(fingerprint, model)
+    if not scratch_same and any(r.get("variant") == "scratch" for r in rows):
+        return False
     if model_view(saved, model) == model_view(fingerprint, model):
         return True
     pretrained = any(model in by_model for by_model in (old.get("pretraining") or {}).values())
-    only_scratch = all(r.get("variant") == "scratch" for r in old.get("rows") or [] if r.get("model") == model)
-    return not pretrained and only_scratch and scratch_view(saved, model) == scratch_view(fingerprint, model)
+    return not pretrained and all(r.get("variant") == "scratch" for r in rows)
 
 
 def describe_difference(old: dict, new: dict, prefix: str = "") -> str:
@@ -149,7 +152,8 @@ class ResultsFile:
             if contradicted or not isinstance(saved.get("hyperparameters"), dict):
                 raise DyntcError(
                     f"{self.out} holds results of a different configuration ({difference}) for "
-                    f"{', '.join(contradicted) or 'its models'}; use another --out, or pass --force to discard them")
+                    f"{', '.join(contradicted) or 'its models'}; use another --out, pass --redo "
+                    f"{','.join(contradicted) or 'MODEL'} to recompute the cells the change touches, or --force to discard them all")
             # the change concerns only models with nothing finished (e.g. one model's per-model
             # settings): their running stages' snapshots are checked against their own settings
             self.log(f"{self.path}: taking the new configuration ({difference}); "
@@ -165,28 +169,34 @@ class ResultsFile:
         return old
 
     def _forget(self, old: dict, models: tuple[str, ...]) -> tuple[str, ...]:
-        """``--redo``: drop from `old` the finished cells and pretraining records of those of `models`
-        whose settings differ from the file's, and return them. A model whose settings are the file's
+        """``--redo``: drop from `old` the finished work of `models` that their changed settings touch:
+        the scratch cells where the settings scratch reads changed (:func:`scratch_view`), the other
+        cells and the pretraining records where the others did; return the latter models (their
+        fine-tuning snapshots started from the old weights). A model whose settings are the file's
         keeps its work, so that the same command line run again resumes instead of starting over. Their
         pretrained weights stay on disk: a stage uses them only where they fit its settings."""
         saved, fingerprint = old.get("fingerprint") or {}, self.plan.fingerprint()
-        changed = tuple(m for m in models if model_view(saved, m) != model_view(fingerprint, m))
+        rows = old.get("rows") or []
+        retrained = tuple(m for m in models if model_view(saved, m) != model_view(fingerprint, m))
+        scratch_changed = {m for m in models if scratch_view(saved, m) != scratch_view(fingerprint, m)}
+        changed = tuple(m for m in models if m in retrained or m in scratch_changed)
         if set(models) - set(changed):
             self.log(f"--redo: {', '.join(m for m in models if m not in changed)} kept: the settings are those of "
                      f"its finished work in {self.out} (resuming)")
         if not changed:
             return ()
-        rows = old.get("rows") or []
-        scratch_kept = {m for m in changed if scratch_view(saved, m) == scratch_view(fingerprint, m)}
-        old["rows"] = [r for r in rows if r.get("model") not in changed
-                       or (r.get("model") in scratch_kept and r.get("variant") == "scratch")]
-        kept = len(old["rows"]) - sum(r.get("model") not in changed for r in rows)
+
+        def stale(r: dict) -> bool:
+            return r.get("model") in (scratch_changed if r.get("variant") == "scratch" else retrained)
+
+        old["rows"] = [r for r in rows if not stale(r)]
+        kept = sum(r.get("model") in changed and r.get("variant") == "scratch" for r in old["rows"])
         pretrained = sum(by_model.pop(m, None) is not None
-                         for by_model in (old.get("pretraining") or {}).values() for m in changed)
+                         for by_model in (old.get("pretraining") or {}).values() for m in retrained)
         self.log(f"--redo {','.join(changed)}: discarding {len(rows) - len(old['rows'])} finished cells and "
                  f"{pretrained} pretraining records in {self.out} (other settings: {describe_difference(saved, fingerprint)})"
                  + (f"; keeping {kept} scratch cells, which the change does not touch" if kept else ""))
-        return changed
+        return retrained
 
     def _header(self, started: str | None) -> dict:
         plan = self.plan

@@ -354,7 +354,8 @@ class ProtocolRun:
             else:
                 if n_support < hp["n_support"]:
                     info["n_support_used"] = n_support
-                result = train_prototypical(model, fine, dev_new, self._cfg("finetune", seed, n_support, model=model_name,
+                stage = "finetune" if variant == "fine-tuned" else "scratch"
+                result = train_prototypical(model, fine, dev_new, self._cfg(stage, seed, n_support, model=model_name,
                                                                             snapshot=self._snapshot(s, model_name, variant, n_fine)))
             model.eval()
             pred = prototype_predict(model, embed_points(model, fine.items), fine.labels, n_classes, embed_points(model, test.items))
