@@ -549,6 +549,22 @@ def test_tables_name_the_models_whose_scratch_cells_take_the_pretraining_recipe(
     assert "Scratch = the fine-tuning recipe on a freshly initialised model (HYP: the pretraining recipe" in text
 
 
+def test_the_pretraining_gain_pairs_the_splits(tiny_run):
+    """A scratch cell on one split is compared with the fine-tuned cell of that split, not with the
+    mean over every split's fine-tuned cells."""
+    from dyntc.report import paired_pretraining_gain
+
+    _, results = tiny_run
+    def row(variant, split, acc):
+        return {"model": "euc", "variant": variant, "n_fine": 100, "split": split, "acc_all": acc, "acc_new": acc}
+
+    rows = [row("fine-tuned", 0, 0.70), row("fine-tuned", 1, 0.80), row("scratch", 0, 0.60)]
+    synthetic = {**results, "splits": 2, "rows": rows}
+    (scratch, tuned), = paired_pretraining_gain(synthetic).values()
+    assert scratch == pytest.approx((60.0, 0.0, 1)) and tuned == pytest.approx((70.0, 0.0, 1))
+    assert "| EUC | 100 | 60.0 ± 0.0 (n=1) | 70.0 ± 0.0 (n=1) | +10.0 | 25% |" in tables_markdown(synthetic)
+
+
 def test_redo_after_a_scratch_only_change_recomputes_the_scratch_cells_only(tiny_run, small_sent, tmp_path, counted):
     """Turning scratch_like_pretraining on for HYP contradicts its finished scratch cells only: the run
     is refused with the way out named, and --redo hyp recomputes those cells (with the pretraining

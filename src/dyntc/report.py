@@ -94,6 +94,19 @@ def aggregate(results: dict) -> dict[tuple[str, str, int], dict]:
     return out
 
 
+def paired_pretraining_gain(results: dict) -> dict[tuple[str, int], tuple[tuple, tuple]]:
+    """``{(model, n_fine): (scratch, fine-tuned)}``: accuracy on all classes in percent, (mean, std, k),
+    over the k splits that have both cells, so that a gain never compares different splits."""
+    acc = {(r["model"], r["variant"], int(r["n_fine"]), r["split"]): 100.0 * r["acc_all"]
+           for r in results.get("rows", []) if r.get("acc_all") is not None}
+    splits: dict[tuple[str, int], list] = defaultdict(list)
+    for m, v, n, s in acc:
+        if v == "scratch" and (m, "fine-tuned", n, s) in acc:
+            splits[(m, n)].append(s)
+    return {(m, n): (_mean_std([acc[(m, "scratch", n, s)] for s in ss]), _mean_std([acc[(m, "fine-tuned", n, s)] for s in ss]))
+            for (m, n), ss in splits.items()}
+
+
 def _mean_std(values: list[float]) -> tuple[float, float, int] | None:
     if not values:
         return None
@@ -164,7 +177,8 @@ def tables_markdown(results: dict) -> str:
             ],
         )
     lines += _table3(results, agg, dataset, fines, models, n_splits)
-    lines += _gain_table(agg, dataset, fines, models, n_splits, _scratch_like_pretraining(results.get("config") or {}))
+    lines += _gain_table(paired_pretraining_gain(results), dataset, fines, models, n_splits,
+                         _scratch_like_pretraining(results.get("config") or {}))
     lines += _timing(results, agg, fines, models)
     notes = _notes(results, dataset)
     if notes:
@@ -251,17 +265,17 @@ def _scratch_like_pretraining(config: dict) -> list[str]:
             if (own.get(m) or {}).get("scratch_like_pretraining", config.get("scratch_like_pretraining", False))]
 
 
-def _gain_table(agg, dataset, fines, models, n_splits, like_pretraining=()) -> list[str]:
+def _gain_table(paired, dataset, fines, models, n_splits, like_pretraining=()) -> list[str]:
     rows = []
     for m in models:
         for n in fines:
-            tuned, scratch = agg.get((m, "fine-tuned", n)), agg.get((m, "scratch", n))
-            if not tuned or not scratch or not tuned.get("all") or not scratch.get("all"):
+            if (m, n) not in paired:
                 continue
-            t, s = tuned["all"][0], scratch["all"][0]
+            scratch, tuned = paired[(m, n)]
+            t, s = tuned[0], scratch[0]
             reduction = (t - s) / (100.0 - s) * 100.0 if s < 100.0 else float("nan")
             quoted = PAPER_PRETRAIN_ERROR_REDUCTION.get(dataset, {}).get(n, {}).get(m)
-            rows.append([MODEL_LABELS.get(m, m), str(n), _fmt(scratch["all"], n_splits), _fmt(tuned["all"], n_splits),
+            rows.append([MODEL_LABELS.get(m, m), str(n), _fmt(scratch, n_splits), _fmt(tuned, n_splits),
                          f"{t - s:+.1f}", f"{reduction:.0f}%" + (f" [{quoted}]" if quoted else "")])
     if not rows:
         return []
@@ -269,7 +283,7 @@ def _gain_table(agg, dataset, fines, models, n_splits, like_pretraining=()) -> l
             "Scratch = the fine-tuning recipe on a freshly initialised model"
             + (f" ({', '.join(MODEL_LABELS.get(m, m) for m in like_pretraining)}: the pretraining recipe, "
                "scratch_like_pretraining)" if like_pretraining else "")
-            + "; relative error reduction = "
+            + "; both over the splits that have both cells; relative error reduction = "
             "(acc_pretrained − acc_scratch) / (100 − acc_scratch); brackets: the paper's quoted figure.", ""] + _table(
         ["Model", "n_fine", "scratch", "pretrained + fine-tuned", "gain", "relative error reduction"], rows)
 
@@ -395,9 +409,9 @@ def plot_accuracy(results: dict, path: Path) -> Path | None:
 
 
 def plot_pretraining_gain(results: dict, path: Path) -> Path | None:
-    agg = aggregate(results)
+    agg, paired = aggregate(results), paired_pretraining_gain(results)
     fines = _n_fine_values(agg)
-    models = [m for m in _models(results, agg) if any((m, "scratch", n) in agg and (m, "fine-tuned", n) in agg for n in fines)]
+    models = [m for m in _models(results, agg) if any((m, n) in paired for n in fines)]
     if not models:
         return None
     plt = _plt()
@@ -406,10 +420,9 @@ def plot_pretraining_gain(results: dict, path: Path) -> Path | None:
     lost = False
     for i, m in enumerate(models):
         for j, n in enumerate(fines):
-            scratch = agg.get((m, "scratch", n), {}).get("all")
-            tuned = agg.get((m, "fine-tuned", n), {}).get("all")
-            if not scratch or not tuned:
+            if (m, n) not in paired:
                 continue
+            scratch, tuned = paired[(m, n)]
             x = j + (i - (len(models) - 1) / 2) * width
             s, t = scratch[0], tuned[0]
             ax.bar(x, s, width * 0.92, color=COLORS.get(m), label=f"{MODEL_LABELS.get(m, m)}: from scratch" if j == 0 else None)
@@ -437,7 +450,7 @@ def plot_pretraining_gain(results: dict, path: Path) -> Path | None:
         labels.append("loss from pretraining (hatched)")
         ncol += 1
     ax.legend(handles, labels, fontsize=8, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-    top = max((agg.get((m, v, n), {}).get("all") or (0, 0, 0))[0] for m in models for v in ("scratch", "fine-tuned") for n in fines)
+    top = max(stat[0] for pair in paired.values() for stat in pair)
     ax.set_ylim(0, min(100, top * 1.1 + 2))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -466,5 +479,5 @@ def report_from_file(results_path: str | Path, out: str | Path | None = None) ->
     return write_report(results, out or path.parent)
 
 
-__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "aggregate", "plot_accuracy", "plot_pretraining_gain",
+__all__ = ["PAPER_TABLE2", "PAPER_TABLE3", "aggregate", "paired_pretraining_gain", "plot_accuracy", "plot_pretraining_gain",
            "report_from_file", "tables_markdown", "write_report"]
