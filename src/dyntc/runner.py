@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
-from dyntc.protocol import ALL_MODELS, METRIC_MODELS, Profile, ProtocolRun, RunPlan, Unit, make_plan, parse_names, tune_profile
+from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, RunPlan, Unit, make_plan, parse_names, tune_profile
 
 REPORT_EVERY_S = 600.0  # with --jobs N, tables.md and the plots are also rewritten this often (not only per unit)
 
@@ -51,7 +51,7 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
     if hp["test_per_class"] is not None:  # tiny: the test set is capped per class
         n_test = min(n_test, hp["test_per_class"] * n_new)
 
-    like_pretraining = model in METRIC_MODELS and bool(run.plan.model_hp(model)["scratch_like_pretraining"])
+    like_pretraining = run.plan.scratch_like_pretraining(model)
 
     def cost(stage: str, n_train: int, n_classes: int) -> float:
         pre = stage == "pretrain" or (stage == "scratch" and like_pretraining)

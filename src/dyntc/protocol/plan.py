@@ -109,6 +109,10 @@ class RunPlan:
         hp = self.model_hp(model)
         return {k: hp[k] for k in MODEL_OPTIONS}
 
+    def scratch_like_pretraining(self, model: str | None) -> bool:
+        """Whether `model`'s scratch cells train with the pretraining recipe (EUC/HYP only)."""
+        return model in METRIC_MODELS and bool(self.model_hp(model)["scratch_like_pretraining"])
+
     def train_config(self, stage: str, seed: int, *, model: str | None = None, n_support: int | None = None,
                      n_train: int | None = None) -> TrainConfig:
         """The training loop's settings for `model`'s ``"pretrain"``, ``"finetune"`` or ``"scratch"`` stage
@@ -116,7 +120,7 @@ class RunPlan:
         pretrained encoder, and EUC/HYP scratch under ``scratch_like_pretraining``, which takes the
         pretraining ones); `n_train` examples raise the MLP's few-shot epochs."""
         hp = self.model_hp(model) if model else self.hp
-        pre = stage == "pretrain" or (stage == "scratch" and model in METRIC_MODELS and bool(hp["scratch_like_pretraining"]))
+        pre = stage == "pretrain" or (stage == "scratch" and self.scratch_like_pretraining(model))
         hyp_pre = pre and model == "hyp"
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
