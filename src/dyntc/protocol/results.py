@@ -3,6 +3,7 @@ worker processes under a file lock) and the pretrained weights under ``checkpoin
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import shutil
@@ -125,6 +126,9 @@ class ResultsFile:
         self.out, self.plan, self.worker, self.log = Path(out), plan, worker, log
         self.path = self.out / "results.json"
         self.data = self._open(force, redo)
+        # the pretraining records as last read from or written to the file: a save sends only those this
+        # process changed since, so that another worker's newer record is not overwritten by a stale copy
+        self._synced = copy.deepcopy(self.data.get("pretraining") or {})
 
     def _open(self, force: bool, redo: tuple[str, ...]) -> dict:
         fingerprint = self.plan.fingerprint()
@@ -247,8 +251,13 @@ class ResultsFile:
         ours["updated"] = now()
         if header_only and not replace:
             ours = {k: v for k, v in ours.items() if k not in ("rows", "split_info", "pretraining")}
+        elif not replace:
+            changed = {s: {m: r for m, r in by_model.items() if r != (self._synced.get(s) or {}).get(m)}
+                       for s, by_model in (ours.get("pretraining") or {}).items()}
+            ours = {**ours, "pretraining": {s: v for s, v in changed.items() if v}}
         self.data = update_json(
             self.path, lambda disk: ours if replace or disk is None else merge_results(disk, ours, header=not self.worker))
+        self._synced = copy.deepcopy(self.data.get("pretraining") or {})
 
     def check_vocabulary(self, entry: dict[str, Any], source: str) -> None:
         """Record the frozen vocabulary's digest `entry`, or refuse one that differs from the run's (a
