@@ -541,6 +541,35 @@ def test_scratch_like_pretraining_is_read_by_scratch_cells_only():
     assert make_plan("news", "paper").model_hp("hyp")["scratch_like_pretraining"] is True
 
 
+def test_scratch_unclipped_warmup_reaches_hyp_scratch_cells_only():
+    """scratch_unclipped_warmup turns HYP's soft clip off in its scratch cells' Euclidean warm-up (under
+    scratch_like_pretraining): not in its pretraining nor in EUC's cells; only the HYP scratch view
+    changes (runs recorded before it existed keep theirs); other models may not set it."""
+    from dyntc.protocol.plan import scratch_view
+
+    news = make_plan("news", "paper")
+    profile = dataclasses.replace(protocol.PAPER, per_model={**protocol.PAPER.per_model, "news": {
+        **protocol.PAPER.per_model["news"], "hyp": {**protocol.PAPER.per_model["news"]["hyp"], "scratch_unclipped_warmup": True}}})
+    unclipped = make_plan("news", profile)
+    assert unclipped.train_config("scratch", 0, model="hyp").euclidean_warmup_clip is False
+    assert news.train_config("scratch", 0, model="hyp").euclidean_warmup_clip is True
+    for stage in ("pretrain", "finetune"):
+        assert unclipped.train_config(stage, 0, model="hyp") == news.train_config(stage, 0, model="hyp")
+    assert unclipped.train_config("scratch", 0, model="euc") == news.train_config("scratch", 0, model="euc")
+    a, b = news.fingerprint(), unclipped.fingerprint()
+    assert scratch_view(a, "hyp") != scratch_view(b, "hyp")
+    for model in ("hyp", "euc", "mlp"):
+        assert model_view(a, model) == model_view(b, model)
+        assert model_view(a, model, pretraining=True) == model_view(b, model, pretraining=True)
+    assert scratch_view(a, "euc") == scratch_view(b, "euc")
+    everyone = make_plan("news", "paper", settings={"scratch_unclipped_warmup": "yes"})
+    assert scratch_view(everyone.fingerprint(), "euc") == scratch_view(a, "euc")
+    assert "scratch_unclipped_warmup" not in json.dumps(make_plan("sent", "paper").fingerprint())
+    for model in ("euc", "mlp"):
+        with pytest.raises(DyntcError, match=rf"\['{model}'\] sets scratch_unclipped_warmup.*set it for hyp"):
+            dataclasses.replace(protocol.PAPER, per_model={"*": {model: {"scratch_unclipped_warmup": True}}})
+
+
 def test_tables_name_the_models_whose_scratch_cells_take_the_pretraining_recipe(tiny_run):
     _, results = tiny_run
     assert "the pretraining recipe" not in tables_markdown(results)

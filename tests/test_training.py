@@ -664,6 +664,43 @@ def test_euclidean_warmup_trains_hyp_exactly_as_euc_then_switches(sent_encoded):
         TrainConfig(euclidean_warmup=-1)
 
 
+def test_unclipped_warmup_is_eucs_training_for_a_clipped_hyp(sent_encoded):
+    """With euclidean_warmup_clip=False a HYP model with a soft clip trains its warm-up exactly as EUC
+    (identical weights), where the clipped warm-up does not; the clip is back after the block and for
+    the hyperbolic episodes; the option needs a warm-up and a bool."""
+    encoder, train, _, _, _ = sent_encoded
+    sub = train.take(np.arange(400))
+    cfg = dict(lr=FAST_LR, max_episodes=6, eval_every=3, patience=10, seed=2, progress=False)
+
+    def trained(name, clip=True, episodes=6, **options):
+        torch.manual_seed(0)
+        model = build_model(name, _fresh(encoder), len(train.classes), **options)
+        train_prototypical(model, sub, None, TrainConfig(**{**cfg, "max_episodes": episodes}, euclidean_warmup=6 if name == "hyp" else 0,
+                                                         euclidean_warmup_clip=clip))
+        return model
+
+    euc = trained("euc")
+    unclipped = trained("hyp", clip=False, max_norm=0.5)
+    clipped = trained("hyp", max_norm=0.5)
+    assert unclipped.max_norm == 0.5  # the clip is restored after each episode
+    for (k, a), b in zip(euc.state_dict().items(), unclipped.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), k
+    assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(euc.state_dict().values(), clipped.state_dict().values()))
+    # after the warm-up the clip acts: 3 Euclidean episodes, then 3 hyperbolic ones, differ from no clip at all
+    torch.manual_seed(0)
+    late = build_model("hyp", _fresh(encoder), len(train.classes), max_norm=0.5)
+    train_prototypical(late, sub, None, TrainConfig(**cfg, euclidean_warmup=3, euclidean_warmup_clip=False))
+    torch.manual_seed(0)
+    never = build_model("hyp", _fresh(encoder), len(train.classes))
+    train_prototypical(never, sub, None, TrainConfig(**cfg, euclidean_warmup=3))
+    assert any(not torch.allclose(a, b, atol=1e-6) for a, b in zip(late.state_dict().values(), never.state_dict().values()))
+    with pytest.raises(DyntcError, match="euclidean_warmup_clip=False.*set euclidean_warmup"):
+        TrainConfig(euclidean_warmup_clip=False)
+    with pytest.raises(DyntcError, match="euclidean_warmup_clip must be True or False"):
+        TrainConfig(euclidean_warmup=5, euclidean_warmup_clip="no")
+    assert "euclidean_warmup_clip" not in snapshot_key(TrainConfig(), "prototypical")  # older snapshots resume
+
+
 def test_euclidean_warmup_reaches_only_hyp_pretraining_and_keeps_other_work_valid():
     from dyntc.protocol import PAPER, make_plan
     from dyntc.protocol.plan import model_view

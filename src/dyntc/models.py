@@ -166,6 +166,16 @@ class PrototypicalNetwork(nn.Module):
         finally:
             self.metric = own
 
+    @contextmanager
+    def clip_suspended(self) -> Iterator[None]:
+        """Within the block, no soft clip (``max_norm``) before the metric: HYP's Euclidean warm-up
+        without it (``TrainConfig.euclidean_warmup_clip=False``) is EUC's training exactly."""
+        own, self.max_norm = self.max_norm, None
+        try:
+            yield
+        finally:
+            self.max_norm = own
+
     def scale(self) -> torch.Tensor | float:
         """The factor ``s`` of the logits ``-s d²`` (learnt or fixed)."""
         return self.log_scale.exp() if self.learn_scale else self.logit_scale

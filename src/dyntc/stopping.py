@@ -50,7 +50,8 @@ NOT_IN_KEY = ("progress", "on_work", "snapshot", "device", "time_budget_s")
 # the stopping rule: replayed from a snapshot's history instead of being part of its key
 STOPPING_FIELDS = ("min_steps", "patience", "hold_at_chance")
 # fields added after snapshots were written: left out of the key at the value that behaves as before
-KEY_DEFAULTS = {"lr_cosine": False, "fit_head": False, "euclidean_warmup": 0, "euclidean_warmup_lr": None}
+KEY_DEFAULTS = {"lr_cosine": False, "fit_head": False, "euclidean_warmup": 0, "euclidean_warmup_lr": None,
+                "euclidean_warmup_clip": True}
 
 
 def is_held(cfg: Any, step: int, loss: float | None, chance: float | None) -> bool:

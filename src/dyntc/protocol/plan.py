@@ -52,9 +52,10 @@ def parse_names(text: str | None | tuple, allowed: tuple[str, ...], what: str) -
 # left out of the fingerprint at that value, so those runs still resume.
 _NEW_FIELD_DEFAULTS: dict[str, Any] = {"finetune_lr": None, "fixed_norm": None, "lr_cosine": False,
                                         "finetune_fit_head": False, "euclidean_warmup": 0,
-                                        "euclidean_warmup_lr": None, "scratch_like_pretraining": False}
+                                        "euclidean_warmup_lr": None, "scratch_like_pretraining": False,
+                                        "scratch_unclipped_warmup": False}
 # Profile fields only the scratch variant reads: other cells (and pretrained weights) do not depend on them
-SCRATCH_ONLY = ("scratch_like_pretraining",)
+SCRATCH_ONLY = ("scratch_like_pretraining", "scratch_unclipped_warmup")
 
 
 @dataclass
@@ -133,6 +134,8 @@ class RunPlan:
             fit_head=bool(hp["finetune_fit_head"]) and stage == "finetune" and model == "mlp",
             euclidean_warmup=int(hp["euclidean_warmup"]) if hyp_pre else 0,
             euclidean_warmup_lr=hp["euclidean_warmup_lr"] if hyp_pre else None,
+            euclidean_warmup_clip=not (hyp_pre and stage == "scratch" and hp["scratch_unclipped_warmup"]
+                                       and hp["euclidean_warmup"]),
             max_episodes=hp["pretrain_episodes" if pre else "finetune_episodes"],
             max_epochs=epochs,
             batch_size=hp["batch_size"],
@@ -304,7 +307,7 @@ def scratch_view(fingerprint: dict, model: str) -> dict:
     resolved = {**_NEW_FIELD_DEFAULTS, **{k: v for k, v in hp.items() if k != "per_model"}, **(own or {})}
     like_pretraining = model in METRIC_MODELS and bool(resolved["scratch_like_pretraining"])
     if like_pretraining:  # the pretraining stage's settings (the warm-up too, for HYP), not fine-tuning's
-        stage, unread = "finetune_", ("knn_k", *(HYP_ONLY if model != "hyp" else ()))
+        stage, unread = "finetune_", ("knn_k", *((*HYP_ONLY, "scratch_unclipped_warmup") if model != "hyp" else ()))
     else:
         if resolved["finetune_lr"] is not None:
             resolved["lr"] = resolved["finetune_lr"]

@@ -30,7 +30,7 @@ HYP_ONLY = ("euclidean_warmup", "euclidean_warmup_lr")
 # A per_model entry may also set how a model is fine-tuned (finetune_lr; the MLP's finetune_fit_head);
 # --tune does not select them, since it scores the pretraining stage only (they are chosen on dev_new:
 # scripts/mlp_finetune_probe.py)
-PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr", "finetune_fit_head", "scratch_like_pretraining")
+PER_MODEL_SETTINGS = (*TUNABLE, "finetune_lr", "finetune_fit_head", "scratch_like_pretraining", "scratch_unclipped_warmup")
 MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differentiable_mean")
 # How the MLP is fine-tuned, in `paper` and `quick` alike (per_model entries; docs/results.md §8):
 # - SENT at Adam 1e-2: with n_fine x 10 examples an epoch is one or two steps, and at 1e-3 its fresh output
@@ -101,6 +101,9 @@ class Profile:
     # slow-start guard, its budgets and patience), not as fine-tuning: both start from random weights,
     # and a fresh model under the fine-tuning recipe may stop in its slow start, at chance (the MLP ignores it)
     scratch_like_pretraining: bool = False
+    # HYP scratch cells under scratch_like_pretraining: the Euclidean warm-up without the soft clip
+    # (max_norm), i.e. EUC's training, the clip from the first hyperbolic episode (TrainConfig.euclidean_warmup_clip)
+    scratch_unclipped_warmup: bool = False
     # the costly scratch variant only at the run's smallest and largest n_fine (the two ends the
     # pretraining-gain figure compares); a cell selection like --scratch-n-fine, so not in the fingerprint
     scratch_ends_only: bool = False
@@ -142,6 +145,9 @@ class Profile:
                 if model == "mlp" and values.get("scratch_like_pretraining"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}]['mlp'] sets scratch_like_pretraining, "
                                      "which applies to episodic (EUC/HYP) scratch cells only; set it for euc or hyp")
+                if model != "hyp" and values.get("scratch_unclipped_warmup"):
+                    raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets scratch_unclipped_warmup, "
+                                     "which applies to the hyperbolic model's scratch warm-up only; set it for hyp")
                 if model == "mlp" and values.get("lr_cosine"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}]['mlp'] sets lr_cosine, which applies "
                                      "to episodic (EUC/HYP) training only; set it for euc or hyp")
