@@ -565,6 +565,8 @@ def test_scratch_unclipped_warmup_reaches_hyp_scratch_cells_only():
     everyone = make_plan("news", "paper", settings={"scratch_unclipped_warmup": "yes"})
     assert scratch_view(everyone.fingerprint(), "euc") == scratch_view(a, "euc")
     assert "scratch_unclipped_warmup" not in json.dumps(make_plan("sent", "paper").fingerprint())
+    with pytest.raises(DyntcError, match="scratch_unclipped_warmup.*needs scratch_like_pretraining=yes and euclidean_warmup"):
+        make_plan("sent", "paper", settings={"scratch_unclipped_warmup": "yes"})  # SENT's HYP has no warm-up
     for model in ("euc", "mlp"):
         with pytest.raises(DyntcError, match=rf"\['{model}'\] sets scratch_unclipped_warmup.*set it for hyp"):
             dataclasses.replace(protocol.PAPER, per_model={"*": {model: {"scratch_unclipped_warmup": True}}})

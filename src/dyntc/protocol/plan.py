@@ -248,6 +248,11 @@ def make_plan(
                    scratch, chosen_splits, embeddings)
     if "hyp" in chosen_models:  # HYP's own pretraining settings (the warm-up's) checked before any work
         plan.train_config("pretrain", 0, model="hyp")
+        own = plan.model_hp("hyp")
+        if own["scratch_unclipped_warmup"] and not (own["scratch_like_pretraining"] and own["euclidean_warmup"]):
+            raise DyntcError("scratch_unclipped_warmup turns the soft clip off in the Euclidean warm-up of HYP's scratch "
+                             "cells, which have none here: it needs scratch_like_pretraining=yes and euclidean_warmup "
+                             "(episodes) for hyp too, or leave it off")
     return plan
 
 
