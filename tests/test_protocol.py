@@ -547,10 +547,11 @@ def test_scratch_unclipped_warmup_reaches_hyp_scratch_cells_only():
     changes (runs recorded before it existed keep theirs); other models may not set it."""
     from dyntc.protocol.plan import scratch_view
 
-    news = make_plan("news", "paper")
+    unclipped = make_plan("news", "paper")  # the paper profile's NEWS HYP sets it
+    clipped_hyp = {k: v for k, v in protocol.PAPER.per_model["news"]["hyp"].items() if k != "scratch_unclipped_warmup"}
     profile = dataclasses.replace(protocol.PAPER, per_model={**protocol.PAPER.per_model, "news": {
-        **protocol.PAPER.per_model["news"], "hyp": {**protocol.PAPER.per_model["news"]["hyp"], "scratch_unclipped_warmup": True}}})
-    unclipped = make_plan("news", profile)
+        **protocol.PAPER.per_model["news"], "hyp": clipped_hyp}})  # the profile before it set the field
+    news = make_plan("news", profile)
     assert unclipped.train_config("scratch", 0, model="hyp").euclidean_warmup_clip is False
     assert news.train_config("scratch", 0, model="hyp").euclidean_warmup_clip is True
     for stage in ("pretrain", "finetune"):
@@ -562,8 +563,11 @@ def test_scratch_unclipped_warmup_reaches_hyp_scratch_cells_only():
         assert model_view(a, model) == model_view(b, model)
         assert model_view(a, model, pretraining=True) == model_view(b, model, pretraining=True)
     assert scratch_view(a, "euc") == scratch_view(b, "euc")
-    everyone = make_plan("news", "paper", settings={"scratch_unclipped_warmup": "yes"})
+    everyone = make_plan("news", profile, settings={"scratch_unclipped_warmup": "yes"})
     assert scratch_view(everyone.fingerprint(), "euc") == scratch_view(a, "euc")
+    # a run that set it by --set resumes under the profile that sets it: the views it is checked by agree
+    assert scratch_view(everyone.fingerprint(), "hyp") == scratch_view(b, "hyp")
+    assert model_view(everyone.fingerprint(), "hyp") == model_view(b, "hyp")
     assert "scratch_unclipped_warmup" not in json.dumps(make_plan("sent", "paper").fingerprint())
     with pytest.raises(DyntcError, match="scratch_unclipped_warmup.*needs scratch_like_pretraining=yes and euclidean_warmup"):
         make_plan("sent", "paper", settings={"scratch_unclipped_warmup": "yes"})  # SENT's HYP has no warm-up

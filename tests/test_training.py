@@ -780,7 +780,10 @@ def test_euclidean_warmup_lr_reaches_only_hyp_pretraining_with_a_warmup():
         make_plan("sent", PAPER, settings={"euclidean_warmup_lr": "1e-3"})
     with pytest.raises(DyntcError, match="or euclidean_warmup_lr=none"):
         make_plan("news", PAPER, settings={"euclidean_warmup": "0"})
-    off = make_plan("news", PAPER, settings={"euclidean_warmup": "0", "euclidean_warmup_lr": "none"})
+    with pytest.raises(DyntcError, match="or scratch_unclipped_warmup=no"):  # NEWS HYP's scratch warm-up is unclipped
+        make_plan("news", PAPER, settings={"euclidean_warmup": "0", "euclidean_warmup_lr": "none"})
+    off = make_plan("news", PAPER, settings={"euclidean_warmup": "0", "euclidean_warmup_lr": "none",
+                                             "scratch_unclipped_warmup": "no"})
     assert off.train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
     assert make_plan("sent", PAPER, models="euc", settings={"euclidean_warmup_lr": "1e-3"})  # no HYP: nothing to warm
     both = make_plan("sent", PAPER, settings={"euclidean_warmup": "100", "euclidean_warmup_lr": "1e-3"})

@@ -252,7 +252,7 @@ def make_plan(
         if own["scratch_unclipped_warmup"] and not (own["scratch_like_pretraining"] and own["euclidean_warmup"]):
             raise DyntcError("scratch_unclipped_warmup turns the soft clip off in the Euclidean warm-up of HYP's scratch "
                              "cells, which have none here: it needs scratch_like_pretraining=yes and euclidean_warmup "
-                             "(episodes) for hyp too, or leave it off")
+                             "(episodes) for hyp too, or scratch_unclipped_warmup=no")
     return plan
 
 
