@@ -582,6 +582,9 @@ def test_tables_name_the_models_whose_scratch_cells_take_the_pretraining_recipe(
     config = {**results["config"], "per_model": {"hyp": {"scratch_like_pretraining": True}}}
     text = tables_markdown({**results, "config": config})
     assert "Scratch = the fine-tuning recipe on a freshly initialised model (HYP: the pretraining recipe" in text
+    config["per_model"]["hyp"]["scratch_unclipped_warmup"] = True
+    assert ("(HYP (Euclidean warm-up without the soft clip, scratch_unclipped_warmup): the pretraining recipe"
+            in tables_markdown({**results, "config": config}))
 
 
 def test_the_pretraining_gain_pairs_the_splits(tiny_run):

@@ -259,10 +259,14 @@ def _table3(results, agg, dataset, fines, models, n_splits) -> list[str]:
 
 
 def _scratch_like_pretraining(config: dict) -> list[str]:
-    """The EUC/HYP models whose scratch cells train with the pretraining recipe (the run's config)."""
+    """The EUC/HYP models whose scratch cells train with the pretraining recipe (the run's config), each
+    as the caption names it: HYP's with ``scratch_unclipped_warmup`` also says its warm-up is unclipped."""
     own = config.get("per_model") or {}
-    return [m for m in ("euc", "hyp")
-            if (own.get(m) or {}).get("scratch_like_pretraining", config.get("scratch_like_pretraining", False))]
+    def setting(m, key):
+        return (own.get(m) or {}).get(key, config.get(key, False))
+    return [MODEL_LABELS.get(m, m) + (" (Euclidean warm-up without the soft clip, scratch_unclipped_warmup)"
+                                      if m == "hyp" and setting(m, "scratch_unclipped_warmup") else "")
+            for m in ("euc", "hyp") if setting(m, "scratch_like_pretraining")]
 
 
 def _gain_table(paired, dataset, fines, models, n_splits, like_pretraining=()) -> list[str]:
@@ -281,7 +285,7 @@ def _gain_table(paired, dataset, fines, models, n_splits, like_pretraining=()) -
         return []
     return ["", "## Benefits of pretraining (all classes)", "",
             "Scratch = the fine-tuning recipe on a freshly initialised model"
-            + (f" ({', '.join(MODEL_LABELS.get(m, m) for m in like_pretraining)}: the pretraining recipe, "
+            + (f" ({', '.join(like_pretraining)}: the pretraining recipe, "
                "scratch_like_pretraining)" if like_pretraining else "")
             + "; both over the splits that have both cells; relative error reduction = "
             "(acc_pretrained − acc_scratch) / (100 − acc_scratch); brackets: the paper's quoted figure.", ""] + _table(
