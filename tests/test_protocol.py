@@ -587,6 +587,17 @@ def test_tables_name_the_models_whose_scratch_cells_take_the_pretraining_recipe(
             in tables_markdown({**results, "config": config}))
 
 
+def test_tables_show_scratch_cells_without_a_fine_tuned_pair(tiny_run):
+    """A run of scratch cells only (no fine-tuned cell to pair with) still shows their accuracies."""
+    _, results = tiny_run
+    row = next(r for r in results["rows"] if r["variant"] == "scratch" and r["model"] == "hyp")
+    text = tables_markdown({**results, "rows": [row]})
+    assert "## Benefits of pretraining" not in text
+    line = next(l for l in text.splitlines() if l.startswith("| HYP |") and " / " in l)
+    on_all, on_new = line.split("|")[2].strip().split(" / ")
+    assert on_all.startswith(f"{100 * row['acc_all']:.1f} ± 0.0") and on_new.startswith(f"{100 * row['acc_new']:.1f} ± 0.0")
+
+
 def test_the_pretraining_gain_pairs_the_splits(tiny_run):
     """A scratch cell on one split is compared with the fine-tuned cell of that split, not with the
     mean over every split's fine-tuned cells."""

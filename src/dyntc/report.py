@@ -177,6 +177,7 @@ def tables_markdown(results: dict) -> str:
             ],
         )
     lines += _table3(results, agg, dataset, fines, models, n_splits)
+    lines += _scratch_table(agg, fines, models, n_splits)
     lines += _gain_table(paired_pretraining_gain(results), dataset, fines, models, n_splits,
                          _scratch_like_pretraining(results.get("config") or {}))
     lines += _timing(results, agg, fines, models)
@@ -267,6 +268,18 @@ def _scratch_like_pretraining(config: dict) -> list[str]:
     return [MODEL_LABELS.get(m, m) + (" (Euclidean warm-up without the soft clip, scratch_unclipped_warmup)"
                                       if m == "hyp" and setting(m, "scratch_unclipped_warmup") else "")
             for m in ("euc", "hyp") if setting(m, "scratch_like_pretraining")]
+
+
+def _scratch_table(agg, fines, models, n_splits) -> list[str]:
+    """Every scratch cell's accuracy, paired with a fine-tuned cell or not (the gain table needs both)."""
+    scratch = [m for m in models if any((m, "scratch", n) in agg for n in fines)]
+    ns = [n for n in fines if any((m, "scratch", n) in agg for m in scratch)]
+    if not scratch:
+        return []
+    return ["", "## Trained from scratch: all classes / new classes", ""] + _table(
+        ["Model"] + [f"n_fine={n}" for n in ns],
+        [[MODEL_LABELS.get(m, m)] + [" / ".join(_fmt(agg.get((m, "scratch", n), {}).get(scope), n_splits)
+                                                for scope in ("all", "new")) for n in ns] for m in scratch])
 
 
 def _gain_table(paired, dataset, fines, models, n_splits, like_pretraining=()) -> list[str]:
