@@ -583,8 +583,8 @@ def test_tables_name_the_models_whose_scratch_cells_take_the_pretraining_recipe(
     text = tables_markdown({**results, "config": config})
     assert "Scratch = the fine-tuning recipe on a freshly initialised model (HYP: the pretraining recipe" in text
     config["per_model"]["hyp"]["scratch_unclipped_warmup"] = True
-    assert ("(HYP (Euclidean warm-up without the soft clip, scratch_unclipped_warmup): the pretraining recipe"
-            in tables_markdown({**results, "config": config}))
+    assert ("(HYP: the pretraining recipe, scratch_like_pretraining, its Euclidean warm-up without the soft clip, "
+            "scratch_unclipped_warmup)" in tables_markdown({**results, "config": config}))
 
 
 def test_tables_show_scratch_cells_without_a_fine_tuned_pair(tiny_run):

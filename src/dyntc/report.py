@@ -260,13 +260,14 @@ def _table3(results, agg, dataset, fines, models, n_splits) -> list[str]:
 
 
 def _scratch_like_pretraining(config: dict) -> list[str]:
-    """The EUC/HYP models whose scratch cells train with the pretraining recipe (the run's config), each
-    as the caption names it: HYP's with ``scratch_unclipped_warmup`` also says its warm-up is unclipped."""
+    """The scratch recipe of each EUC/HYP model that trains its scratch cells with the pretraining recipe
+    (the run's config), as the caption says it; HYP's also says whether its warm-up is unclipped."""
     own = config.get("per_model") or {}
     def setting(m, key):
         return (own.get(m) or {}).get(key, config.get(key, False))
-    return [MODEL_LABELS.get(m, m) + (" (Euclidean warm-up without the soft clip, scratch_unclipped_warmup)"
-                                      if m == "hyp" and setting(m, "scratch_unclipped_warmup") else "")
+    return [f"{MODEL_LABELS.get(m, m)}: the pretraining recipe, scratch_like_pretraining"
+            + (", its Euclidean warm-up without the soft clip, scratch_unclipped_warmup"
+               if m == "hyp" and setting(m, "scratch_unclipped_warmup") else "")
             for m in ("euc", "hyp") if setting(m, "scratch_like_pretraining")]
 
 
@@ -298,8 +299,7 @@ def _gain_table(paired, dataset, fines, models, n_splits, like_pretraining=()) -
         return []
     return ["", "## Benefits of pretraining (all classes)", "",
             "Scratch = the fine-tuning recipe on a freshly initialised model"
-            + (f" ({', '.join(like_pretraining)}: the pretraining recipe, "
-               "scratch_like_pretraining)" if like_pretraining else "")
+            + (f" ({'; '.join(like_pretraining)})" if like_pretraining else "")
             + "; both over the splits that have both cells; relative error reduction = "
             "(acc_pretrained − acc_scratch) / (100 − acc_scratch); brackets: the paper's quoted figure.", ""] + _table(
         ["Model", "n_fine", "scratch", "pretrained + fine-tuned", "gain", "relative error reduction"], rows)
