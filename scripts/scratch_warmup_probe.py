@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="settings", action="append", default=[], help="profile override FIELD=VALUE")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    bad = [item for item in args.settings if "=" not in item]
+    if bad:
+        ap.error(f"--set takes FIELD=VALUE (e.g. --set max_norm=none), got {bad[0]!r}")
     settings = dict(item.split("=", 1) for item in args.settings)
     plan = make_plan(args.dataset, "paper", splits=args.split + 1, models="hyp", n_fine=str(args.n_fine),
                      variants="scratch", settings=settings)
