@@ -27,12 +27,9 @@ from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
 from dyntc.data.episodes import EpisodeSampler
 from dyntc.diagnostics import geometry_stats, pretraining_monitor
-from dyntc.protocol import ProtocolRun, derive_seed, make_plan
+from dyntc.errors import DyntcError
+from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
 from dyntc.training import machine_description, train_prototypical
-
-
-def _settings(items: list[str]) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in items)
 
 
 @torch.no_grad()
@@ -71,8 +68,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
-    plan = make_plan(args.dataset, args.profile, splits=args.split + 1, models=args.model, n_fine=args.n_fine,
-                     variants="un-tuned", seed=args.seed, settings=_settings(args.settings))
+    try:  # a bad --set, profile or dataset is a one-line error, before any work
+        plan = make_plan(args.dataset, args.profile, splits=args.split + 1, models=args.model, n_fine=args.n_fine,
+                         variants="un-tuned", seed=args.seed, settings=parse_overrides(args.settings))
+    except DyntcError as exc:
+        ap.error(str(exc))
     data = load(plan.dataset, None, seed=args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         run = ProtocolRun(data, plan, Path(tmp), progress=False, log=lambda m: print(m, file=sys.stderr))

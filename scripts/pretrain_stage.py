@@ -33,7 +33,7 @@ import torch
 from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
 from dyntc.errors import DyntcError
-from dyntc.protocol import ProtocolRun, get_profile, make_plan
+from dyntc.protocol import ProtocolRun, get_profile, make_plan, parse_overrides
 from dyntc.protocol.profiles import TUNABLE, parse_setting
 from dyntc.stopping import chance_loss, stop_step
 
@@ -74,10 +74,7 @@ def _plan(args: argparse.Namespace, selection: bool):
 
 
 def _plan_or_raise(args: argparse.Namespace, selection: bool):
-    bad = [item for item in args.settings if "=" not in item]
-    if bad:
-        raise DyntcError(f"settings {bad}: give each as FIELD=VALUE, e.g. lr=1e-3")
-    settings = dict(item.split("=", 1) for item in args.settings)
+    settings = parse_overrides(args.settings, option="settings")
     profile = get_profile(args.profile)
     if selection:
         settings.setdefault("pretrain_min_episodes", settings.get("pretrain_episodes", str(profile.pretrain_episodes)))

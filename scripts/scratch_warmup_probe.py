@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from dyntc.data.datasets import load
-from dyntc.protocol import ProtocolRun, derive_seed, make_plan
+from dyntc.errors import DyntcError
+from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
 from dyntc.training import machine_description, train_prototypical
 
 
@@ -40,12 +41,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="settings", action="append", default=[], help="profile override FIELD=VALUE")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    bad = [item for item in args.settings if "=" not in item]
-    if bad:
-        ap.error(f"--set takes FIELD=VALUE (e.g. --set max_norm=none), got {bad[0]!r}")
-    settings = dict(item.split("=", 1) for item in args.settings)
-    plan = make_plan(args.dataset, "paper", splits=args.split + 1, models="hyp", n_fine=str(args.n_fine),
-                     variants="scratch", settings=settings)
+    try:  # a bad --set is a one-line error, before any work
+        plan = make_plan(args.dataset, "paper", splits=args.split + 1, models="hyp", n_fine=str(args.n_fine),
+                         variants="scratch", settings=parse_overrides(args.settings))
+    except DyntcError as exc:
+        ap.error(str(exc))
     data = load(plan.dataset, None, seed=plan.seed)
     with tempfile.TemporaryDirectory() as tmp:
         run = ProtocolRun(data, plan, Path(tmp), progress=False, log=lambda m: print(m, file=sys.stderr))

@@ -886,13 +886,43 @@ def test_export_glove_writes_the_subset_and_names_an_unwritable_out(tmp_path):
     assert bad.returncode == 2 and "cannot write --out" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_cli_reports_bad_input_without_traceback(tmp_path):
+@pytest.mark.parametrize("args, message", [(["--profile", "nope"], "unknown profile 'nope'"),
+                                           (["--set", "lr"], "--set: give each as FIELD=VALUE (e.g. lr=1e-3), got 'lr'")])
+def test_cli_reports_bad_input_without_traceback(tmp_path, args, message):
     proc = subprocess.run(
-        [sys.executable, "-m", "dyntc", "reproduce", "--dataset", "sent", "--profile", "nope", "--out", str(tmp_path)],
+        [sys.executable, "-m", "dyntc", "reproduce", "--dataset", "sent", *args, "--out", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2
-    assert "unknown profile 'nope'" in proc.stderr and "Traceback" not in proc.stderr
+    assert message in " ".join(proc.stderr.split()) and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_overrides_are_parsed_in_one_place():
+    """`--set` of the CLI and of the scripts: FIELD=VALUE pairs, spaces around either side dropped."""
+    from dyntc.protocol import parse_overrides
+
+    assert parse_overrides(["lr = 1e-3", "max_norm=none", "field=a=b"]) == {"lr": "1e-3", "max_norm": "none", "field": "a=b"}
+    assert parse_overrides(None) == {}
+    with pytest.raises(DyntcError, match=r"^settings: give each as FIELD=VALUE \(e.g. lr=1e-3\), got 'lr'$"):
+        parse_overrides(["lr=1e-3", "lr"], option="settings")
+
+
+@pytest.mark.parametrize("script, extra", [("scratch_warmup_probe", []), ("hyp_diagnose", ["--out", "OUT"])])
+def test_diagnostic_scripts_refuse_a_bad_set_by_name(script, extra, tmp_path, capsys):
+    """scripts/scratch_warmup_probe.py and scripts/hyp_diagnose.py: a bad --set is a usage error, before any work."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        module = __import__(script)
+    finally:
+        sys.path.pop(0)
+    extra = [str(tmp_path / "out") if a == "OUT" else a for a in extra]
+    for bad, message in ((["--set", "max_norm"], "--set: give each as FIELD=VALUE"),
+                         (["--set", "lr=fast"], "lr='fast': expected a number")):
+        with pytest.raises(SystemExit) as exit_:
+            module.main([*bad, *extra])
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # ---- parallel work units (--jobs) ----------------------------------------------------------------

@@ -14,16 +14,6 @@ from dyntc.errors import DyntcError
 console = Console(stderr=True)
 
 
-def _settings(values: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in values or []:
-        if "=" not in item:
-            raise DyntcError(f"--set expects FIELD=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key.strip()] = value.strip()
-    return out
-
-
 def reproduce(
     dataset: Annotated[str, typer.Option(help="sent | news | wos | clinc150 | hwu64")],
     profile: Annotated[str, typer.Option(help="quick (CPU-sized) | paper (the paper's hyperparameters; GPU) | tiny (smoke test)")] = "quick",
@@ -60,12 +50,13 @@ def reproduce(
 
     Rerunning with the same --out skips finished (model, variant, n_fine, split) cells.
     """
+    from dyntc.protocol import parse_overrides
     from dyntc.runner import reproduce as run
 
     target = out or Path(f"runs/reproduce-{dataset}-{profile}")
     results = run(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-        p=p, seed=seed, device=device, settings=_settings(set_), data_dir=data_dir, force=force, redo=redo, progress=progress, threads=threads,
+        p=p, seed=seed, device=device, settings=parse_overrides(set_), data_dir=data_dir, force=force, redo=redo, progress=progress, threads=threads,
         jobs=jobs, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
         only_splits=only_splits, log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )

@@ -48,6 +48,7 @@ from dyntc.protocol.profiles import (
     Profile,
     get_profile,
     override,
+    parse_overrides,
 )
 from dyntc.protocol.results import RESULTS_FORMAT, ResultsFile, merge_results
 from dyntc.protocol.run import ProtocolRun, SplitData, Unit
@@ -57,5 +58,5 @@ __all__ = [
     "ALL_MODELS", "DEFAULT_MODELS", "METRIC_MODELS", "MODEL_VARIANTS", "PAPER", "PROFILES", "QUICK", "RESULTS_FORMAT",
     "TINY", "VARIANTS", "Profile", "ProtocolRun", "ResultsFile", "RunPlan", "SplitData", "Unit", "accuracies",
     "cell_key", "derive_seed", "get_profile", "make_plan", "merge_results", "model_view", "override",
-    "parse_int_list", "parse_names", "tune_profile",
+    "parse_int_list", "parse_overrides", "parse_names", "tune_profile",
 ]

@@ -296,6 +296,18 @@ def _allows_none(hint) -> bool:
     return hint is type(None) or any(_allows_none(arg) for arg in typing.get_args(hint))
 
 
+def parse_overrides(items: list[str] | None, option: str = "--set") -> dict[str, str]:
+    """``["lr=1e-3", "max_norm=none"]`` -> ``{"lr": "1e-3", "max_norm": "none"}``, the input of :func:`override`.
+    An item without ``=`` raises a DyntcError naming `option`; values are checked by :func:`override`."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise DyntcError(f"{option}: give each as FIELD=VALUE (e.g. lr=1e-3), got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
 def override(profile: Profile, settings: dict[str, str]) -> Profile:
     """A copy of `profile` with fields set from ``{"field": "value"}`` strings (``--set field=value``).
 
