@@ -19,7 +19,7 @@ pytest.importorskip("fastapi")
 
 LABELS = ["alarm", "balance", "timer", "weather"]
 TINY = dict(encoder="sru", hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-0123456789"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +37,7 @@ def _free_port() -> int:
 class Server:
     def __init__(self, model, tmp_path, max_batch=8):
         (tmp_path / "token").write_text(TOKEN + "\n")
+        (tmp_path / "token").chmod(0o600)
         self.model, self.port = model, _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [sys.executable, "-m", "dyntc", "serve", str(model), "--port", str(self.port),

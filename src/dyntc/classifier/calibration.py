@@ -23,6 +23,7 @@ import torch
 
 from dyntc.classifier.fit import check_pairs
 from dyntc.classifier.labels import check_examples
+from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, is_number
 
 
@@ -176,6 +177,7 @@ class CalibrationMixin:
                              "labelled texts first (fine_tune resets the calibration)")
         return self.calibration_
 
+    @recorded
     def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
                   max_accuracy_drop: float = 0.02, threshold: float | None = None) -> Self:
         """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.

@@ -39,6 +39,7 @@ from dyntc.classifier import fit as trainer
 from dyntc.classifier.calibration import CalibrationMixin
 from dyntc.classifier.labels import LabelOperationsMixin, LabelSet, check_examples
 from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.replay import recorded
 from dyntc.classifier.saving import PersistenceMixin
 from dyntc.classifier.params import (
     ParamsMixin, encoder_options, network_options, space_options, train_config, training_mode,
@@ -186,6 +187,7 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         (:meth:`fine_tune`) would change the shared network: refit or load instead."""
         self._check_fitted()
         other = copy.copy(self)
+        other.__dict__.pop("_replay", None)  # a copy starts without a replay log (replay.py)
         other._labels = self._labels.copy()
         return other
 
@@ -224,6 +226,7 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self._source: tuple[str, int] | None = None
         return self
 
+    @recorded
     def fine_tune(
         self,
         texts: Sequence[str] | None = None,
@@ -311,6 +314,29 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         classes = self.classes_
         return [[(classes[j], v) for j, v in zip(row_i, row_v)]
                 for row_i, row_v in zip(index.tolist(), values.clamp_min(0).sqrt().tolist())]
+
+    def prediction_records(self, scores: np.ndarray, *, top_k: int = 1, proba: bool = False,
+                           reject: bool = False) -> list[dict]:
+        """One JSON-able answer per row of `scores` (from :meth:`decision_function`): ``label`` (None
+        with `reject` when the nearest prototype is farther than the calibrated threshold, as in
+        :meth:`predict`), with `proba` its ``probability``, with `top_k` > 1 the ``top_k`` nearest
+        labels and their distances (numbers rounded to 6 digits). ``dyntc predict`` and ``dyntc
+        serve`` answer with these records."""
+        if not (is_int(top_k) and top_k >= 1):
+            raise DyntcError(f"top_k must be an integer >= 1, got {top_k!r}")
+        scores = torch.as_tensor(scores)
+        threshold = self.require_calibration("reject").threshold if reject else None
+        ranked = self.nearest_labels(-scores, top_k)
+        probs = self.proba_from_scores(scores).max(1).tolist() if proba else None
+        records = []
+        for i, row in enumerate(ranked):
+            record: dict = {"label": None if threshold is not None and row[0][1] > threshold else row[0][0]}
+            if probs is not None:
+                record["probability"] = round(probs[i], 6)
+            if top_k > 1:
+                record["top_k"] = [{"label": label, "distance": round(d, 6)} for label, d in row]
+            records.append(record)
+        return records
 
     def score(self, texts: Sequence[str], labels: Sequence[str]) -> float:
         """Accuracy of :meth:`predict` on (`texts`, `labels`)."""

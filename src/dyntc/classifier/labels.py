@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError
 
 
@@ -69,6 +70,12 @@ def check_name(name: Any, arg: str = "name") -> str:
         raise DyntcError(f"{arg} must be a label name (str), got {type(name).__name__}")
     if not name.strip():
         raise DyntcError(f"{arg} must be a non-empty label name, got {name!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise DyntcError(f"{arg} must not contain control characters (NUL, newline, tab, ...), got {name[:40]!r}")
+    from dyntc.training import is_unicode
+
+    if not is_unicode(name):
+        raise DyntcError(f"{arg} is not valid Unicode (it holds a lone surrogate code point): send UTF-8 text")
     return name
 
 
@@ -346,21 +353,25 @@ class LabelOperationsMixin:
         """Number of support examples of every label, in ``classes_`` order."""
         return self.labels_.counts()
 
+    @recorded
     def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
         """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
         self.labels_.add_label(name, examples)
         return self.classes_
 
+    @recorded
     def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
         """Add support `examples` to the existing label `name`; its prototype moves at once."""
         self.labels_.add_examples(name, examples)
         return self.classes_
 
+    @recorded
     def remove_label(self, name: str) -> list[str]:
         """Remove label `name` (it can no longer be predicted). At least one label must remain."""
         self.labels_.remove_label(name)
         return self.classes_
 
+    @recorded
     def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
         """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
 
@@ -372,12 +383,14 @@ class LabelOperationsMixin:
         self.labels_.split_label(name, parts, reassign=reassign)
         return self.classes_
 
+    @recorded
     def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
         """Merge the labels `names` (at least two) into one label `into` whose support set is their
         union. `into` may be one of `names` or a new name (not another existing label)."""
         self.labels_.merge_labels(names, into)
         return self.classes_
 
+    @recorded
     def rename_label(self, old: str, new: str) -> list[str]:
         """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
         self.labels_.rename_label(old, new)

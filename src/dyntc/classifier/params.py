@@ -9,6 +9,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any, Self
 
+from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, is_int, is_number
 
 METRICS = ("euclidean", "hyperbolic")
@@ -125,6 +126,7 @@ class ParamsMixin:
         """The constructor parameters, as a dict (scikit-learn convention)."""
         return {name: getattr(self, name) for name in self._param_names()}
 
+    @recorded
     def set_params(self, **params) -> Self:
         """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
         ``extend_vocab``, ``debias`` and ``progress`` apply at once)."""

@@ -3,8 +3,8 @@
 A classifier remembers ``(store id, version)`` it was loaded from or last committed as. Committing
 to that store at that version writes only the labels changed since (``LabelSet.changed``); committing
 anywhere else writes the whole label set. :func:`save_classifier` refuses to commit over a newer version (its
-changes would be lost); :func:`edit_classifier` reads the newest version under the write lock, so it never has
-to refuse.
+changes would be lost); :func:`edit_classifier` prepares its change without the lock and replays it on the
+newest version if one appeared (:func:`commit_changes`), so it never has to refuse.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ContextManager, Self
 
+from dyntc.classifier import replay
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
 from dyntc.classifier.model import MetricSpace
@@ -38,12 +39,32 @@ def save_classifier(clf: Any, path: str | Path) -> Path:
 @contextmanager
 def edit_classifier(cls: type, path: str | Path) -> Iterator[Any]:
     store = ModelStore.open(path)
-    with store.transaction() as txn:
-        clf = from_snapshot(cls, txn.read())
+    clf = from_snapshot(cls, store.read())  # without the write lock: loading and embedding block no one
+    log = replay.start(clf)
+    try:
         yield clf
-        version = commit(clf, txn, "edit") if _has_changes(clf) else None
-    if version is not None:
-        mark_committed(clf, clf._source[0], version)
+    finally:
+        replay.stop(clf)
+    commit_changes(store, clf, log, "edit")
+
+
+def commit_changes(store: ModelStore, clf: Any, log: list, op: str) -> int | None:
+    """Commit `clf`, changed by the recorded calls `log` since it was read from `store`, as one
+    version; returns its id (None if nothing changed).
+
+    The write lock is held only for the commit. If another writer committed since `clf` was read,
+    `log` is replayed on the newest version under the lock (replay.py) and `clf` becomes that
+    result, so no writer's change is lost and none waits while another embeds."""
+    if not _has_changes(clf):
+        return None
+    with store.transaction() as txn:
+        if clf._source is None or txn.head != clf._source[1] or clf._source[0] != txn.store_id:
+            fresh = from_snapshot(type(clf), txn.read())
+            replay.replay(fresh, log)
+            clf.__dict__.update(fresh.__dict__)
+        version, store_id = commit(clf, txn, op), txn.store_id
+    mark_committed(clf, store_id, version)
+    return version
 
 
 def _has_changes(clf: Any) -> bool:
@@ -138,9 +159,12 @@ class PersistenceMixin:
             with DynamicClassifier.edit("model/") as clf:
                 clf.add_label("refund", ["I want my money back", ...])
 
-        Concurrent editors (other processes, the HTTP service) wait for each other, so none of
-        their changes is lost; the change is committed as one version when the block ends without
-        error, and discarded otherwise."""
+        The block runs without the store's write lock (readers and other writers never wait for
+        its embedding); the lock is taken only to commit, as one version, when the block ends
+        without error (nothing is committed otherwise). If another writer committed meanwhile, the
+        block's label operations, ``calibrate``, ``set_params`` and ``fine_tune`` calls are applied
+        again to the newest version, so no change is lost. Changes made by assigning attributes
+        directly are not replayed."""
         return edit_classifier(cls, path)
 
     @classmethod

@@ -62,6 +62,14 @@ CREATE INDEX IF NOT EXISTS examples_alive ON examples (removed, label);
 """
 
 
+class StoreFullError(DyntcError):
+    """The disk (or the file system's quota) is full: nothing was committed."""
+
+
+class StoreUnavailableError(DyntcError):
+    """The store file is gone or cannot be read (removed, moved, permissions changed)."""
+
+
 @dataclass
 class Snapshot:
     """One committed version as read back: what :class:`~dyntc.classifier.DynamicClassifier` rebuilds from."""
@@ -163,7 +171,7 @@ class ModelStore:
                              "choose another path or empty it")
         path.mkdir(parents=True, exist_ok=True)
         store = cls(path)
-        with store._connect() as db:
+        with store._connect(create=True) as db:
             db.executescript(_SCHEMA)
             db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(STORE_FORMAT),))
             db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
@@ -171,19 +179,27 @@ class ModelStore:
         return store
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, create: bool = False) -> Iterator[sqlite3.Connection]:
         """A connection in autocommit mode (transactions are explicit), closed afterwards.
 
         One connection per operation: cheap with SQLite, and safe across threads and processes."""
+        if not create and not self.file.is_file():  # sqlite3 would create an empty one
+            raise StoreUnavailableError(f"the store {self.file} is gone or unreadable: was the model directory "
+                                        "moved or deleted?")
         try:
             db = sqlite3.connect(self.file, timeout=LOCK_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as exc:
-            raise DyntcError(f"cannot open {self.file}: {exc}") from exc
+            raise StoreUnavailableError(f"cannot open {self.file}: {exc}") from exc
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
             yield db
         except sqlite3.DatabaseError as exc:
+            if "full" in str(exc) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                raise StoreFullError(f"the disk holding {self.file} is full: nothing was committed; free some "
+                                     "space (or prune old versions) and try again") from exc
+            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+                raise StoreUnavailableError(f"the store {self.file} is gone or unreadable ({exc})") from exc
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
                 raise DyntcError(f"{self.file} stayed locked by another writer for {LOCK_TIMEOUT_S:.0f}s; "
                                  "try again when it is done") from exc
@@ -251,6 +267,21 @@ class ModelStore:
             ).fetchall()
         return [{"version": v, "created": c, "op": op, "detail": json.loads(d), "n_labels": nl, "n_examples": ne}
                 for v, c, op, d, nl, ne in rows]
+
+    def head_version(self) -> int:
+        """The newest committed version (one cheap query; never waits for a writer)."""
+        with self._connect() as db:
+            return self.head(db)
+
+    def check(self) -> None:
+        """Raise :class:`StoreUnavailableError` if the store file is gone or unreadable (a health probe)."""
+        try:
+            with self._connect() as db:
+                db.execute("SELECT COUNT(*) FROM versions").fetchone()
+        except StoreUnavailableError:
+            raise
+        except DyntcError as exc:
+            raise StoreUnavailableError(str(exc)) from exc
 
     def store_id(self) -> str:
         with self._connect() as db:

@@ -430,20 +430,11 @@ def predict(
         _err("no input texts")
         return
     if reject:
-        threshold = clf.require_calibration("--reject").threshold
-    scores = torch.as_tensor(clf.decision_function(texts))  # -d², one embedding pass for all outputs
-    ranked = clf.nearest_labels(-scores, top_k)
-    probs = clf.proba_from_scores(scores).max(1).tolist() if proba else None
+        clf.require_calibration("--reject")
+    scores = clf.decision_function(texts)  # -d², one embedding pass for all outputs
     out = sys.stdout
-    for i, text in enumerate(texts):
-        record = {"text": text, "label": ranked[i][0][0]}
-        if reject and ranked[i][0][1] > threshold:
-            record["label"] = None
-        if proba:
-            record["probability"] = round(probs[i], 6)
-        if top_k > 1:
-            record["top_k"] = [{"label": label, "distance": round(d, 6)} for label, d in ranked[i]]
-        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    for text, record in zip(texts, clf.prediction_records(scores, top_k=top_k, proba=proba, reject=reject)):
+        out.write(json.dumps({"text": text, **record}, ensure_ascii=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- evaluate

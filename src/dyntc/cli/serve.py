@@ -9,19 +9,33 @@ import typer
 
 from dyntc.errors import DyntcError
 
+# The limits' defaults are declared once, in dyntc.serve.Limits; importing it here would load FastAPI
+# for every CLI command, so the options take None and fall back to those defaults.
+
 
 def serve(
     model: Annotated[Path, typer.Argument(help="Model directory written by `dyntc fit`")],
-    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to listen on (not loopback: needs --token-file or --insecure)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on")] = 8080,
-    token_file: Annotated[Optional[Path], typer.Option(help="File holding the bearer token that write endpoints require")] = None,
-    max_batch: Annotated[int, typer.Option(help="Most texts one /predict request may send")] = 256,
+    token_file: Annotated[Optional[Path], typer.Option(help="Private file (chmod 600) holding the bearer token that writes need (>= 16 characters)")] = None,
+    read_token_file: Annotated[Optional[Path], typer.Option(help="Private file holding a token that reads need too (the write token also reads)")] = None,
+    insecure: Annotated[bool, typer.Option(help="Allow a non-loopback --host without --token-file (anyone who reaches it can change the model)")] = False,
+    max_body_bytes: Annotated[Optional[int], typer.Option(help="Largest request body in bytes [default: 1048576]")] = None,
+    max_batch: Annotated[Optional[int], typer.Option(help="Most texts in one /predict request [default: 256]")] = None,
+    max_text_chars: Annotated[Optional[int], typer.Option(help="Longest text (characters) predicted or stored [default: 2000]")] = None,
+    max_examples: Annotated[Optional[int], typer.Option(help="Most examples in one write [default: 1000]")] = None,
+    max_label_chars: Annotated[Optional[int], typer.Option(help="Longest label name (characters) [default: 100]")] = None,
+    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its headers, and its body [default: 30]")] = None,
+    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; more are answered 503 [default: 256]")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs)."""
-    from dyntc.serve import run
+    from dyntc.serve import Limits, run
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")
-    if max_batch < 1:
-        raise DyntcError(f"--max-batch must be >= 1, got {max_batch}")
-    run(model, host, port, token_file, max_batch)
+    given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
+                 max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
+                 max_connections=max_connections, workers=workers)
+    limits = Limits(**{k: v for k, v in given.items() if v is not None})
+    run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits)

@@ -26,12 +26,16 @@ hyperboloid itself for the hyperbolic metric.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import importlib.util
 import os
+import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,7 +57,9 @@ ALIASES = {
 }
 MODES = ("frozen", "finetune")
 DISK_CACHE_MIN_TEXTS = 64  # featurize calls with fewer distinct texts are not written to disk
-MEMORY_CACHE_MAX_TEXTS = 200_000  # per backbone; the in-memory cache is emptied when it grows past this
+# per backbone and max_len: the in-memory cache drops its least recently used texts past this many
+# bytes (embeddings plus the texts themselves), so a stream of long distinct texts cannot grow a process
+MEMORY_CACHE_MAX_BYTES = 256 << 20
 _ST_MARKERS = ("modules.json", "config_sentence_transformers.json")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _FILE_SUFFIXES = (".json", ".txt", ".model")  # configs, vocabularies, sentencepiece models
@@ -186,6 +192,58 @@ def _cache_root() -> Path | None:
 # Frozen backbones are shared within a process, with their per-text embedding cache
 
 
+_PERSIST = contextvars.ContextVar("dyntc_persist_embeddings", default=True)
+
+
+@contextmanager
+def no_disk_cache() -> Iterator[None]:
+    """Within the block (this thread or task only), embeddings are cached in memory but never written
+    to the disk cache: for texts that arrive from outside (a service's requests), which would
+    otherwise fill the disk with files no one reads again."""
+    token = _PERSIST.set(False)
+    try:
+        yield
+    finally:
+        _PERSIST.reset(token)
+
+
+class EmbeddingCache:
+    """text -> embedding, least recently used first out once the entries pass `max_bytes`.
+
+    Not thread-safe by itself: the backbone's lock guards it."""
+
+    def __init__(self, max_bytes: int = MEMORY_CACHE_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._items: OrderedDict[str, torch.Tensor] = OrderedDict()
+
+    @staticmethod
+    def _cost(text: str, emb: torch.Tensor) -> int:
+        return sys.getsizeof(text) + emb.element_size() * emb.nelement() + 128  # 128: dict and tensor overhead
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, text: str) -> bool:
+        return text in self._items
+
+    def get(self, text: str) -> torch.Tensor | None:
+        emb = self._items.get(text)
+        if emb is not None:
+            self._items.move_to_end(text)
+        return emb
+
+    def put(self, text: str, emb: torch.Tensor) -> None:
+        old = self._items.pop(text, None)
+        if old is not None:
+            self.nbytes -= self._cost(text, old)
+        self._items[text] = emb
+        self.nbytes += self._cost(text, emb)
+        while self.nbytes > self.max_bytes and self._items:
+            gone, e = self._items.popitem(last=False)
+            self.nbytes -= self._cost(gone, e)
+
+
 class _FrozenBackbone:
     """One loaded, frozen backbone (eval mode, no gradients) and its in-memory embedding caches;
     `runtime`: what runs its transformer (PyTorch, or ONNX Runtime on the CPU: ``onnx_runtime.py``)."""
@@ -198,8 +256,11 @@ class _FrozenBackbone:
         self.default_max_len = int(self.model.max_seq_length or 512)
         self.max_positions = _max_positions(self.model)
         self.dim = _embedding_dim(self.model)
-        self.caches: dict[int, dict[str, torch.Tensor]] = {}  # max_len -> text -> embedding
-        self.lock = threading.Lock()  # held while embedding and while touching the caches
+        self.caches: dict[int, EmbeddingCache] = {}  # max_len -> text -> embedding
+        self.lock = threading.Lock()  # held while touching the caches; never while the transformer runs
+        # held while the model is moved or configured and a batch tokenised (the tokenizer reads
+        # max_seq_length); the forward pass runs outside it, so threads embed concurrently
+        self._prepare = threading.Lock()
         self.runtime = runtime
         self._onnx: OnnxTokenEmbeddings | None = None
         self._warned_device = False
@@ -222,14 +283,15 @@ class _FrozenBackbone:
                               "runtime='torch' to embed on the GPU", stacklevel=4)
                 self._warned_device = True
             device = torch.device("cpu")
-        if self.model.device != device:
-            self.model.to(device)
-        self.model.max_seq_length = max_len
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = torch.empty(len(texts), self.dim, dtype=torch.float32)
         for start in range(0, len(texts), batch_size):
             idx = order[start : start + batch_size]
-            batch = _tokenize(self.model, [texts[i] for i in idx])
+            with self._prepare:
+                if self.model.device != device:
+                    self.model.to(device)
+                self.model.max_seq_length = max_len
+                batch = _tokenize(self.model, [texts[i] for i in idx])
             batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
             if self.runtime == "torch":
                 emb = self.model(batch)["sentence_embedding"]
@@ -481,28 +543,32 @@ class PretrainedEncoder(TextEncoder):
         shared = self._frozen
         unique = list(dict.fromkeys(texts))
         disk_file = self._disk_file(unique)
+        found: dict[str, torch.Tensor] = {}
         with shared.lock:
-            cache = shared.caches.setdefault(self.cfg.max_len, {})
-            if len(cache) + len(unique) > MEMORY_CACHE_MAX_TEXTS:
-                cache.clear()
-            write = disk_file is not None and not disk_file.is_file()
-            if disk_file is not None and not write and any(t not in cache for t in unique):
-                stored = self._read(disk_file, len(unique), shared.dim)
-                if stored is None:
-                    write = True  # unreadable, truncated or stale: recompute and overwrite
-                else:
-                    cache.update(zip(unique, stored))
-            missing = [t for t in unique if t not in cache]
-            if missing:
-                device = self._featurize_device()
-                cache.update(zip(missing, shared.embed(missing, self.cfg.max_len, device, self.cfg.batch_size)))
-            items = [cache[t] for t in texts]
-            if write:
-                self._write(disk_file, torch.stack([cache[t] for t in unique]).numpy())
-        return items
+            cache = shared.caches.setdefault(self.cfg.max_len, EmbeddingCache())
+            for t in unique:
+                if (emb := cache.get(t)) is not None:
+                    found[t] = emb
+        write = disk_file is not None and not disk_file.is_file()
+        if disk_file is not None and not write and len(found) < len(unique):
+            stored = self._read(disk_file, len(unique), shared.dim)
+            if stored is None:
+                write = True  # unreadable, truncated or stale: recompute and overwrite
+            else:  # rows copied: a view would keep the whole file's array alive in the cache
+                found.update((t, stored[i].clone()) for i, t in enumerate(unique) if t not in found)
+        missing = [t for t in unique if t not in found]
+        if missing:  # the transformer runs without the cache lock: other threads keep embedding
+            fresh = shared.embed(missing, self.cfg.max_len, self._featurize_device(), self.cfg.batch_size)
+            found.update((t, fresh[i].clone()) for i, t in enumerate(missing))
+        with shared.lock:
+            for t in unique:
+                cache.put(t, found[t])
+        if write:
+            self._write(disk_file, torch.stack([found[t] for t in unique]).numpy())
+        return [found[t] for t in texts]
 
     def _disk_file(self, unique: list[str]) -> Path | None:
-        root = _cache_root() if self.disk_cache else None
+        root = _cache_root() if self.disk_cache and _PERSIST.get() else None
         if root is None or len(unique) < DISK_CACHE_MIN_TEXTS:
             return None
         return root / "embeddings" / f"{self._frozen.name}-L{self.cfg.max_len}" / f"{_texts_key(unique)}.npy"
