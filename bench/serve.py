@@ -1,9 +1,20 @@
-"""Load on ``dyntc serve``: latency and throughput at concurrency 1, 8 and 32, with a label operation mid-run.
+"""Load on ``dyntc serve``: throughput by concurrency, then predict latency beside writers and beside
+maximal requests.
 
-Fits a classifier on a CLINC150 sample (default encoder: MiniLM, Euclidean; ``--encoder sru`` for
-the paper's), serves it with a uvicorn subprocess on 127.0.0.1, and sends ``--requests`` /predict
-requests of ``--batch`` test texts at each concurrency; half-way through each level a label is
-added (and timed). Bounded: a fixed number of requests per level, each with a timeout; loopback only.
+Fits a classifier on a CLINC150 sample (default encoder: MiniLM, Euclidean; ``--encoder sru`` for the
+paper's), serves it with a uvicorn subprocess on 127.0.0.1 with its default limits, and measures:
+
+1. ``levels``: ``--requests`` /predict requests of ``--batch`` test texts at each concurrency, a label
+   added half-way through each level (and timed);
+2. ``mixed``: ``--predictors`` client threads sending one-text predictions (each waits ``--pace-ms``
+   between requests) for ``--seconds``, alone, then beside writers: an HTTP writer adding examples
+   through the service, ``dyntc labels add-examples`` processes one after another on the same model
+   directory, and a process that takes the store's write lock for 1 s in every 2 s (a slow writer).
+   Predict and write latency p50 / p99 / max, and predict p99 against the run without writers;
+3. ``maximal``: the same one-text predictions while another client sends maximal requests (the
+   service's ``max_batch`` texts of ``max_text_chars`` characters) back to back.
+
+Bounded: a fixed time or number of requests per phase, each request with a timeout; loopback only.
 
     DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.serve
 """
@@ -13,12 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -26,30 +41,92 @@ import numpy as np
 from bench._machine import cpu_model, load_average
 
 INTENTS = 20
+HOLD_LOCK = """
+import sqlite3, sys, time
+end = time.time() + float(sys.argv[2])
+while time.time() < end:
+    db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=60)
+    db.execute("BEGIN IMMEDIATE"); time.sleep(1.0); db.execute("ROLLBACK"); db.close()
+    time.sleep(1.0)
+"""
 
 
 def call(url: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict, float]:
     req = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(), method=method)
     req.add_header("Content-Type", "application/json")
     t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        return resp.status, json.loads(resp.read()), time.perf_counter() - t0
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read()), time.perf_counter() - t0
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}"), time.perf_counter() - t0
+
+
+def stats(seconds: list[float]) -> str:
+    if not seconds:
+        return "– | – | –"
+    ms = np.array(seconds) * 1000
+    return f"{np.percentile(ms, 50):.0f} | {np.percentile(ms, 99):.0f} | {ms.max():.0f}"
+
+
+def p99(seconds: list[float]) -> float:
+    return float(np.percentile(np.array(seconds) * 1000, 99))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Predictors:
+    """`n` threads sending one-text predictions, each pausing `pace_s` between requests, for `seconds`."""
+
+    def __init__(self, url: str, texts: list[str], n: int, pace_s: float, seconds: float):
+        self.url, self.texts, self.n, self.pace_s, self.seconds = url, texts, n, pace_s, seconds
+        self.latencies: list[float] = []
+        self.errors = 0
+
+    def _one(self, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        end = time.perf_counter() + self.seconds
+        while time.perf_counter() < end:
+            status, _, took = call(self.url, "POST", "/predict", {"texts": [self.texts[rng.integers(len(self.texts))]]})
+            if status == 200:
+                self.latencies.append(took)
+            else:
+                self.errors += 1
+            time.sleep(self.pace_s)
+
+    def run(self) -> "Predictors":
+        threads = [threading.Thread(target=self._one, args=(i,)) for i in range(self.n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return self
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--encoder", default="minilm", choices=["minilm", "sru"])
-    ap.add_argument("--requests", type=int, default=96, help="per concurrency level")
-    ap.add_argument("--batch", type=int, default=8, help="texts per request")
+    ap.add_argument("--requests", type=int, default=96, help="levels: requests per concurrency level")
+    ap.add_argument("--batch", type=int, default=8, help="levels: texts per request")
     ap.add_argument("--levels", default="1,8,32")
-    ap.add_argument("--port", type=int, default=8765)
+    ap.add_argument("--predictors", type=int, default=2, help="mixed/maximal: client threads sending one-text predicts")
+    ap.add_argument("--pace-ms", type=float, default=20.0, help="mixed/maximal: pause of each predictor between requests")
+    ap.add_argument("--seconds", type=float, default=30.0, help="mixed/maximal: length of each phase")
+    ap.add_argument("--phases", default="levels,mixed,maximal")
     args = ap.parse_args()
-    if args.requests < 2 or args.batch < 1:
-        ap.error("--requests must be >= 2 and --batch >= 1")
-    levels = [int(x) for x in args.levels.split(",")]
+    if args.requests < 2 or args.batch < 1 or args.predictors < 1 or args.seconds <= 0:
+        ap.error("--requests must be >= 2, --batch and --predictors >= 1, --seconds > 0")
+    phases = set(args.phases.split(","))
+    if not phases <= {"levels", "mixed", "maximal"}:
+        ap.error("--phases: a comma-separated subset of levels,mixed,maximal")
 
     from dyntc import DynamicClassifier
     from dyntc.data.datasets import load
+    from dyntc.serve import Limits
 
     data = load("clinc150")
     intents = sorted(set(data.train.labels))[:INTENTS]
@@ -59,14 +136,17 @@ def main() -> None:
     clf = DynamicClassifier(encoder=args.encoder, episodes=100, eval_every=50)
     clf.fit([t for t, _ in train], [y for _, y in train])
     workdir = Path(tempfile.mkdtemp(prefix="dyntc-bench-serve-"))
-    clf.save(workdir / "model")
-    print(f"# dyntc serve: {args.encoder} model, {INTENTS} CLINC150 intents, {len(train)} support texts; "
-          f"{args.requests} requests x {args.batch} texts per level; CPU {cpu_model()}, {os.cpu_count()} cores, "
+    model = clf.save(workdir / "model")
+    limits = Limits()
+    print(f"# dyntc serve, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.encoder} model, {INTENTS} CLINC150 "
+          f"intents, {len(train)} support texts, default limits; CPU {cpu_model()}, {os.cpu_count()} cores, "
           f"load {load_average()}")
 
-    url = f"http://127.0.0.1:{args.port}"
-    proc = subprocess.Popen([sys.executable, "-m", "dyntc", "serve", str(workdir / "model"), "--port", str(args.port)],
-                            env={**os.environ}, stderr=subprocess.PIPE)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "DYNTC_CACHE": str(workdir / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "dyntc", "serve", str(model), "--port", str(port)],
+                            env=env, stderr=subprocess.PIPE)
     try:
         for _ in range(600):
             try:
@@ -75,34 +155,127 @@ def main() -> None:
             except OSError:
                 time.sleep(0.2)
         call(url, "POST", "/predict", {"texts": tests[: args.batch]})  # warm-up
-        print("| concurrency | p50 ms | p99 ms | texts/s | label op ms (mid-run) | healthz ms during load |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        rng = np.random.default_rng(0)
-        for level in levels:
-            batches = [[tests[i] for i in rng.choice(len(tests), args.batch)] for _ in range(args.requests)]
-            latencies: list[float] = []
-            op: dict[str, float] = {}
-
-            def one(i: int) -> None:
-                if i == args.requests // 2:
-                    t0 = time.perf_counter()
-                    call(url, "POST", "/labels", {"name": f"new_{level}", "examples": ["book a table for two",
-                                                                                         "reserve a table tonight"]})
-                    op["label"] = time.perf_counter() - t0
-                    op["health"] = call(url, "GET", "/healthz")[2]
-                latencies.append(call(url, "POST", "/predict", {"texts": batches[i]})[2])
-
-            t0 = time.perf_counter()
-            with ThreadPoolExecutor(level) as pool:
-                list(pool.map(one, range(args.requests)))
-            wall = time.perf_counter() - t0
-            ms = np.array(latencies) * 1000
-            print(f"| {level} | {np.percentile(ms, 50):.0f} | {np.percentile(ms, 99):.0f} | "
-                  f"{args.requests * args.batch / wall:.0f} | {op['label'] * 1000:.0f} | {op['health'] * 1000:.1f} |",
-                  flush=True)
+        if "levels" in phases:
+            levels(url, tests, args)
+        if "mixed" in phases:
+            mixed(url, model, tests, args, env)
+        if "maximal" in phases:
+            maximal(url, tests, args, limits)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def levels(url: str, tests: list[str], args) -> None:
+    print(f"\n## Throughput: {args.requests} requests x {args.batch} texts per concurrency level\n")
+    print("| concurrency | p50 ms | p99 ms | texts/s | label op ms (mid-run) | healthz ms during load |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    rng = np.random.default_rng(0)
+    for level in [int(x) for x in args.levels.split(",")]:
+        batches = [[tests[i] for i in rng.choice(len(tests), args.batch)] for _ in range(args.requests)]
+        latencies: list[float] = []
+        op: dict[str, float] = {}
+
+        def one(i: int) -> None:
+            if i == args.requests // 2:
+                t0 = time.perf_counter()
+                call(url, "POST", "/labels", {"name": f"new_{level}", "examples": ["book a table for two",
+                                                                                     "reserve a table tonight"]})
+                op["label"] = time.perf_counter() - t0
+                op["health"] = call(url, "GET", "/healthz")[2]
+            latencies.append(call(url, "POST", "/predict", {"texts": batches[i]})[2])
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(level) as pool:
+            list(pool.map(one, range(args.requests)))
+        wall = time.perf_counter() - t0
+        ms = np.array(latencies) * 1000
+        print(f"| {level} | {np.percentile(ms, 50):.0f} | {np.percentile(ms, 99):.0f} | "
+              f"{args.requests * args.batch / wall:.0f} | {op['label'] * 1000:.0f} | {op['health'] * 1000:.1f} |",
+              flush=True)
+
+
+def mixed(url: str, model: Path, tests: list[str], args, env: dict) -> None:
+    print(f"\n## Predictions beside writers: {args.predictors} predictors x one text, {args.pace_ms:g} ms apart, "
+          f"{args.seconds:g} s per run\n")
+    print("| run | predicts | predict p50 / p99 / max ms | writes | write p50 / p99 / max ms | predict p99 / alone |")
+    print("|---|---:|---:|---:|---:|---:|")
+    alone = Predictors(url, tests, args.predictors, args.pace_ms / 1000, args.seconds).run()
+    print(f"| predictors alone | {len(alone.latencies)} | {stats(alone.latencies)} | 0 | – | 1.00 |", flush=True)
+
+    stop = threading.Event()
+    http_writes: list[float] = []
+    cli_writes: list[float] = []
+    failures: list[str] = []
+
+    def http_writer() -> None:
+        i = 0
+        while not stop.is_set():
+            status, body, took = call(url, "POST", f"/labels/{sorted_label}/examples",
+                                      {"examples": [f"an http example {i}"]})
+            (http_writes if status == 200 else failures).append(took if status == 200 else f"http {status} {body}")
+            i += 1
+            stop.wait(0.5)
+
+    def cli_writer() -> None:
+        i = 0
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "dyntc", "labels", "add-examples", str(model), sorted_label,
+                                   "-e", f"a cli example {i}"], env={**env, "OMP_NUM_THREADS": "1"},
+                                  capture_output=True, text=True, timeout=300)
+            (cli_writes if done.returncode == 0 else failures).append(
+                time.perf_counter() - t0 if done.returncode == 0 else f"cli {done.stderr[-200:]}")
+            i += 1
+
+    sorted_label = sorted(call(url, "GET", "/labels")[1]["labels"])[0]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(model / "dyntc.sqlite"), str(args.seconds)])
+    writers = [threading.Thread(target=http_writer), threading.Thread(target=cli_writer)]
+    for t in writers:
+        t.start()
+    beside = Predictors(url, tests, args.predictors, args.pace_ms / 1000, args.seconds).run()
+    stop.set()
+    for t in writers:
+        t.join()
+    holder.wait(60)
+    ratio = p99(beside.latencies) / p99(alone.latencies)
+    print(f"| beside HTTP writer | {len(beside.latencies)} | {stats(beside.latencies)} | {len(http_writes)} | "
+          f"{stats(http_writes)} | {ratio:.2f} |")
+    print(f"| (same run) CLI writers, lock holder 1 s in 2 | | | {len(cli_writes)} | {stats(cli_writes)} | |")
+    if failures or beside.errors or alone.errors:
+        print(f"\nFAILURES: {len(failures)} writes, {beside.errors + alone.errors} predicts: {failures[:3]}")
+    print("\n(CLI write latency is a whole `dyntc labels add-examples` process: start, load, embed, commit.)",
+          flush=True)
+
+
+def maximal(url: str, tests: list[str], args, limits) -> None:
+    print(f"\n## A one-text prediction beside maximal requests ({limits.max_batch} texts x {limits.max_text_chars} "
+          f"characters)\n")
+    print("| run | predicts | predict p50 / p99 / max ms | maximal requests | their p50 / p99 / max ms | p99 / idle |")
+    print("|---|---:|---:|---:|---:|---:|")
+    idle = Predictors(url, tests, 1, args.pace_ms / 1000, args.seconds).run()
+    print(f"| idle | {len(idle.latencies)} | {stats(idle.latencies)} | 0 | – | 1.00 |", flush=True)
+    rng = np.random.default_rng(1)
+    words = " ".join(tests).split()
+    stop = threading.Event()
+    big: list[float] = []
+
+    def flood() -> None:
+        while not stop.is_set():
+            texts = [" ".join(rng.choice(words, 600))[: limits.max_text_chars] for _ in range(limits.max_batch)]
+            status, body, took = call(url, "POST", "/predict", {"texts": texts})
+            if status != 200:
+                raise RuntimeError(f"maximal request answered {status}: {body}")
+            big.append(took)
+
+    flooder = threading.Thread(target=flood)
+    flooder.start()
+    time.sleep(1.0)
+    beside = Predictors(url, tests, 1, args.pace_ms / 1000, args.seconds).run()
+    stop.set()
+    flooder.join()
+    print(f"| beside maximal requests | {len(beside.latencies)} | {stats(beside.latencies)} | {len(big)} | "
+          f"{stats(big)} | {p99(beside.latencies) / p99(idle.latencies):.2f} |", flush=True)
 
 
 if __name__ == "__main__":

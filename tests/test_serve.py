@@ -1,17 +1,13 @@
 """`dyntc serve` over real HTTP: a uvicorn subprocess on 127.0.0.1, the stdlib as the client."""
 
-import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import pytest
+from _server import TOKEN, Server
 
 from dyntc import DynamicClassifier
 
@@ -19,64 +15,12 @@ pytest.importorskip("fastapi")
 
 LABELS = ["alarm", "balance", "timer", "weather"]
 TINY = dict(encoder="sru", hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
-TOKEN = "s3cret-token-0123456789"
 
 
 @pytest.fixture(scope="module")
 def fitted(clinc_raw):
     pairs = [(t, y) for y in LABELS for t in [t for t, lab in clinc_raw["train"] if lab == y][:40]]
     return DynamicClassifier(**TINY).fit([t for t, _ in pairs], [y for _, y in pairs])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, model, tmp_path, max_batch=8):
-        (tmp_path / "token").write_text(TOKEN + "\n")
-        (tmp_path / "token").chmod(0o600)
-        self.model, self.port = model, _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.args = [sys.executable, "-m", "dyntc", "serve", str(model), "--port", str(self.port),
-                     "--token-file", str(tmp_path / "token"), "--max-batch", str(max_batch)]
-        self.start()
-
-    def start(self):
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen(self.args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
-            try:
-                if self.call("GET", "/healthz")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise RuntimeError("server did not start in 120 s")
-
-    def call(self, method, path, body=None, token=TOKEN, raw=None):
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as err:
-            body = err.read()
-            try:
-                return err.code, json.loads(body)
-            except ValueError:  # not one of the service's JSON errors (e.g. the server's own 500 page)
-                return err.code, {"non_json_body": body.decode(errors="replace")}
-
-    def stop(self, sig=signal.SIGTERM):
-        self.proc.send_signal(sig)
-        self.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -198,6 +198,9 @@ class ModelStore:
             if "full" in str(exc) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
                 raise StoreFullError(f"the disk holding {self.file} is full: nothing was committed; free some "
                                      "space (or prune old versions) and try again") from exc
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) == sqlite3.SQLITE_IOERR:
+                raise StoreUnavailableError(f"the store {self.file} could not be read or written ({exc}); nothing "
+                                            "was committed") from exc
             if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
                 raise StoreUnavailableError(f"the store {self.file} is gone or unreadable ({exc})") from exc
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
