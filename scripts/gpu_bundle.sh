@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares .gpu/ for a GPU host that is sent the work tree but reaches no package index (docs/results.md §8):
+# Prepares .gpu/ for a GPU host that is sent the work tree but reaches no package index (docs/reproduction.md, "GloVe without the package"):
 # each dataset's folder from the data directory, and the GloVe vectors of its words (`dyntc export-glove`,
 # the same vocabulary and vectors bit for bit). There, from the source tree:
 #   export PYTHONPATH=$PWD/src DYNTC_DATA=$PWD/.gpu/data
