@@ -13,7 +13,7 @@ domains with ``--shots`` examples each; accuracy on the official test split, old
 - ``head``: ``DynamicClassifier(train="head")``: a trained 384->128 head on the frozen backbone (the
   default before issue 12's second round);
 - ``minilm-hyp``: ``DynamicClassifier(metric="hyperbolic")``;
-- ``sru-hyp``: ``DynamicClassifier(encoder="sru", metric="hyperbolic")``, the paper's model (the first default);
+- ``sru-hyp``: ``DynamicClassifier(encoder="sru", metric="hyperbolic")``, the paper's encoder and metric at the classifier's budget (the first default);
 - ``centroid``: frozen all-MiniLM-L6-v2, nearest class centroid, no training at all;
 - ``logreg``: frozen all-MiniLM-L6-v2 + LogisticRegression(class_weight="balanced") retrained on old + new;
 - ``setfit``: SetFit (Tunstall et al. 2022) on the same all-MiniLM-L6-v2, retrained on old + new:

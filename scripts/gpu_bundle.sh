@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Prepares .gpu/ for a GPU host that is sent the work tree but reaches no package index (docs/results.md §8):
+# Prepares .gpu/ for a GPU host that is sent the work tree but reaches no package index (docs/reproduction.md, "GloVe without the package"):
 # each dataset's folder from the data directory, and the GloVe vectors of its words (`dyntc export-glove`,
 # the same vocabulary and vectors bit for bit). There, from the source tree:
 #   export PYTHONPATH=$PWD/src DYNTC_DATA=$PWD/.gpu/data
 #   python3 -m dyntc reproduce --dataset news ... --device cuda --jobs 5 --embeddings .gpu/glove-news.txt --out DIR
-# .gpu/ is git-ignored: send it with the command (the device tool's carry), with the run's --out directory.
+# .gpu/ is git-ignored: send it with the command, with the run's --out directory.
 # Bring the run back as one archive, not as its files: a host that returns few files (8, 16 MiB each, two
-# folders deep, in docs/results.md §8's twenty-first session) drops results.json and checkpoints/ otherwise:
+# folders deep, as one such host did on 2026-11-26) drops results.json and checkpoints/ otherwise:
 #   tar czf - -C RUNS_PARENT . | split -b 15m - RETURN_DIR/run.tgz.     (here: cat run.tgz.* | tar xzf -)
 # Usage: DYNTC_DATA=../shared/datasets bash scripts/gpu_bundle.sh news [sent ...]
 set -euo pipefail

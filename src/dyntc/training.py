@@ -290,7 +290,7 @@ def fit_head(model: MLPClassifier, train: Encoded, dev: Encoded | None, seed: in
     :data:`HEAD_C` best on `dev` (the largest C without `dev`); returns that dev accuracy (nan without).
 
     Why: with n_fine examples per class an epoch is a batch or two, and early-stopped Adam steps hardly
-    move a fresh random layer (docs/results.md §8, "the MLP's new output layer")."""
+    move a fresh random layer (docs/results.md §8.3)."""
     from sklearn.linear_model import LogisticRegression
 
     if len(train.classes) != model.head.out_features:

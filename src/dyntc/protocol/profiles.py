@@ -35,9 +35,9 @@ MODEL_OPTIONS = ("logit_scale", "learn_scale", "max_norm", "fixed_norm", "differ
 # How the MLP is fine-tuned, in `paper` and `quick` alike (per_model entries; docs/results.md §8):
 # - SENT at Adam 1e-2: with n_fine x 10 examples an epoch is one or two steps, and at 1e-3 its fresh output
 #   layer hardly leaves its initialisation before early stopping. Chosen on dev_new of the paper profile
-#   (mean of 5 splits x n_fine 5/10/20) against 1e-3, 3e-3 and 3e-2 (seventh session).
+#   (mean of 5 splits x n_fine 5/10/20) against 1e-3, 3e-3 and 3e-2 (2026-11-24, 2-core AMD EPYC).
 # - SENT and NEWS: the new output layer fitted before fine-tuning (finetune_fit_head, LP-FT), chosen on
-#   dev_new (tenth session). NEWS: the fitted layer alone beats the fresh one at n_fine 5, 10 and 20 on
+#   dev_new (2026-11-25, 2-core AMD EPYC). NEWS: the fitted layer alone beats the fresh one at n_fine 5, 10 and 20 on
 #   every one of the 5 splits (48.7 / 54.9 / 59.0 against 28.0 / 37.6 / 49.8). SENT: the fitted start
 #   then fine-tuned at 1e-2 beats the fresh layer at 1e-2 at n_fine 5, 10, 20 and 100 (38.5 / 40.1 /
 #   43.6 / 57.5 against 32.2 / 36.3 / 42.4 / 55.4; 17 of the 20 split-cells).
@@ -173,12 +173,12 @@ PAPER = Profile(
     # with the clip alone its points saturate at the bound and it stalls (docs/results.md §8). Chosen on
     # dev_old of split 2 against no clip, clips at 5 and 10, and a projection to norm 10. Then Adam 3e-4
     # (pretraining and fine-tuning): with 1e-3 HYP's loss rose again after 4,300 episodes and it stopped
-    # at dev_old 0.620; 3e-4 passed that at 3,800 episodes, still rising (sixth session). At 3e-4 it still
+    # at dev_old 0.620; 3e-4 passed that at 3,800 episodes, still rising (2026-11-23). At 3e-4 it still
     # sat at a chance-level loss for 1,500-9,100 episodes (split 1 ended at dev_old 0.30), so its first
     # 2,000 episodes train with the Euclidean metric at EUC's Adam 1e-3 (euclidean_warmup): chosen on the
-    # final dev_old of all five splits' pretraining against the run without it (twelfth/thirteenth sessions).
+    # final dev_old of all five splits' pretraining against the run without it (2026-11-25).
     # After the warm-up the hyperbolic phase also trains at Adam 1e-3: best dev_old under this profile's
-    # rule higher than at 3e-4 on all five splits (seventeenth/eighteenth sessions); the warm-up ends the
+    # rule higher than at 3e-4 on all five splits (2026-11-26); the warm-up ends the
     # loss's rise that 1e-3 from the start had. Fine-tuning stays at 3e-4 (finetune_lr), the rate those
     # cells were run and compared at: the selection scored pretraining only.
     # NEWS HYP's scratch cells train with the pretraining recipe (scratch_like_pretraining): under the
@@ -186,11 +186,11 @@ PAPER = Profile(
     # on the five splits) and 100 (8.0% on split 2), so its pretraining gain measured against an untrained model.
     # At n_fine 5 the two recipes tie on dev_new (split 0: 0.099 against 0.101; with 100 texts neither trains
     # HYP); at n_fine 100 (split 0) this one leaves chance (dev_new 0.146, test 13.8%) where the other stopped
-    # at it (8.0% on split 2), so it stays (twenty-first/twenty-second sessions). Its Euclidean warm-up runs
+    # at it (8.0% on split 2), so it stays (2026-11-26/27). Its Euclidean warm-up runs
     # without the soft clip (scratch_unclipped_warmup): with the clip it sat at chance on those 2,000 texts
     # (dev_new 0.07-0.12 over the warm-up; the cell's best 0.146 came at episode 2,600); without it dev_new
     # passed 0.146 by episode 200 and stood at 0.444 by 1,200 (split 0, n_fine 100): the rule set before
-    # the run, dev_new above 0.146 (twenty-second/twenty-third sessions).
+    # the run, dev_new above 0.146 (2026-11-27).
     # SENT and NEWS: how the MLP is fine-tuned (MLP_FINETUNE)
     per_model={"news": {"hyp": {"max_norm": 10.0, "learn_scale": True, "lr": 1e-3, "finetune_lr": 3e-4,
                                       "euclidean_warmup": 2000, "euclidean_warmup_lr": 1e-3,
@@ -239,10 +239,10 @@ QUICK = Profile(
     # SENT's dev sets stay whole, as in `paper`: its labels are skewed, and a dev set capped at 30 per class
     # is balanced, so early stopping chose the checkpoints for balanced accuracy while the test measures
     # plain accuracy; whole, the MLP's fine-tuned cells at n_fine 20 / 100 moved from 4.1 / 5.1 points
-    # under the `paper` run to +1.1 / -1.5 (sixteenth session), for about 4% more CPU time
+    # under the `paper` run to +1.1 / -1.5 (2026-11-26), for about 4% more CPU time
     dev_per_class={"sent": None, "clinc150": 10, "hwu64": 10, "wos": 10, "*": 30},
     # as in `paper` (MLP_FINETUNE): at 1e-3 quick's SENT MLP was 6.6 / 8.7 points under the paper run's at
-    # n_fine 5 / 20 and 30 under at scratch 100 (eighth session)
+    # n_fine 5 / 20 and 30 under at scratch 100 (2026-11-24)
     per_model={**MLP_FINETUNE, "*": {}},
     description=(
         "CPU-sized, chosen to track `paper` on SENT and NEWS (docs/results.md §3): the protocol, models and variants of "
