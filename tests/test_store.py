@@ -546,6 +546,13 @@ def test_a_store_removed_while_in_use_is_reported_as_gone(tmp_path):
     rng = np.random.default_rng(8)
     store, _ = _fake_store(tmp_path / "m", rng, {"a": 10})
     store.check()
+    with pytest.raises(StoreUnavailableError, match="deleted or replaced while this write was under way"):
+        with store.transaction() as txn:  # SQLite itself would commit into the orphaned log
+            store.file.rename(store.file.with_suffix(".moved"))
+            txn.commit(op="x", detail=[], document={"dim": DIM}, weights=b"w", labels={"b": _support(rng, "b", 2)},
+                       replace_all=False)
+    store.file.with_suffix(".moved").rename(store.file)
+    assert store.read().version == 1
     store.file.unlink()
     for call in (store.check, store.read, store.versions, lambda: _commit(store, {"b": _support(rng, "b", 2)})):
         with pytest.raises(StoreUnavailableError, match="is gone or unreadable"):

@@ -306,6 +306,13 @@ class ModelStore:
             return DyntcError(f"{self.file} is read-only ({exc}): nothing was committed; make it writable to change it")
         return DyntcError(f"{self.file} is damaged or not a dyntc store ({exc})")
 
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.file)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
     @staticmethod
     def _meta(db: sqlite3.Connection, key: str) -> str | None:
         try:
@@ -480,9 +487,15 @@ class ModelStore:
         """The write lock for a read-modify-write: other writers wait (up to ``LOCK_TIMEOUT_S``);
         commits made through the transaction land when the block ends without error."""
         with self._connect() as db:
+            opened = self._identity()
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield Transaction(self, db)
+                # SQLite keeps writing to a database file deleted or replaced under it (into the
+                # orphaned write-ahead log), so a commit would be acknowledged and then lost.
+                if self._identity() != opened:
+                    raise StoreUnavailableError(f"the store {self.file} is gone or unreadable (it was deleted or "
+                                                "replaced while this write was under way): nothing was committed")
                 db.execute("COMMIT")
             except BaseException:
                 _rollback(db)
