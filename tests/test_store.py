@@ -539,6 +539,23 @@ def test_a_full_disk_is_reported_as_such_and_commits_nothing(tmp_path, monkeypat
     assert store.read().version == 1 and [v["version"] for v in store.versions()] == [1]
     _same(store.read().labels, state)
 
+    class NoRoomToVacuum:  # VACUUM needs free space about the size of the store
+        def __init__(self, db):
+            self.db = db
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+        def execute(self, sql, *args):
+            if sql == "VACUUM":
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.db.execute(sql, *args)
+
+    _commit(store, {"a": _support(rng, "a2", 10)})
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: NoRoomToVacuum(connect(*a, **k)))
+    with pytest.raises(StoreFullError, match="versions before 2 .* were deleted, but the file could not be compacted"):
+        store.prune(1)
+
 
 def test_a_store_removed_while_in_use_is_reported_as_gone(tmp_path):
     from dyntc.classifier.store import StoreUnavailableError

@@ -528,7 +528,14 @@ class ModelStore:
             # Deleted rows only become free pages; VACUUM (which cannot run inside a transaction)
             # rewrites the file without them, and the checkpoint moves that into the file and empties
             # the write-ahead log.
-            db.execute("VACUUM")
+            try:
+                db.execute("VACUUM")
+            except sqlite3.DatabaseError as exc:
+                if self._error(exc).__class__ is not StoreFullError:
+                    raise
+                raise StoreFullError(f"versions before {first} of {self.file} were deleted, but the file could not "
+                                     f"be compacted ({exc}): VACUUM needs free disk space about the size of the "
+                                     "store; free some and run prune again") from exc
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return {"versions_removed": removed, "kept": [first, head], "bytes_before": before,
                 "bytes_after": _file_bytes(self.file)}
