@@ -271,21 +271,6 @@ def test_a_merged_label_keeps_one_prototype_per_part(clf, clinc, tmp_path):
     assert clf.labels_.support("clock").n_parts == 2
 
 
-def test_stores_from_before_label_parts_are_upgraded(fitted, tmp_path):
-    import sqlite3
-
-    path = fitted.save(tmp_path / "m")
-    db = sqlite3.connect(path / "dyntc.sqlite")
-    db.execute("ALTER TABLE examples DROP COLUMN part")
-    db.commit()
-    db.close()
-    back = DynamicClassifier.load(path)
-    assert back.predict(["wake me up at 7"]) == fitted.predict(["wake me up at 7"])
-    back.merge_labels(["alarm", "timer"], into="clock")
-    back.save(path)
-    assert DynamicClassifier.load(path).labels_.support("clock").n_parts == 2
-
-
 def test_split_with_reassign_moves_old_examples_to_nearest_new_label(clf, clinc):
     old_texts = clf.support("balance")
     parts = {"balance_check": ["what is my balance", "how much money do i have"],

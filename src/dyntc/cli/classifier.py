@@ -350,6 +350,22 @@ def labels_versions(
             print(f"{v['version']}\t{v['created']}\t{v['op']}\t{v['n_labels']} labels, {v['n_examples']} examples")
 
 
+@labels_app.command("prune")
+def labels_prune(
+    model: ModelDir,
+    keep: Annotated[int, typer.Option("--keep", help="How many of the newest versions to keep (>= 1)")],
+) -> None:
+    """Delete versions older than the newest KEEP and give their disk space back (they can no longer be
+    restored). Prints a JSON summary: versions removed, the range kept, bytes before and after."""
+    from dyntc.classifier.store import ModelStore
+
+    result = ModelStore.open(model).prune(keep)
+    first, head = result["kept"]
+    _err(f"removed {result['versions_removed']} versions, kept {first}..{head}; "
+         f"{result['bytes_before']:,} -> {result['bytes_after']:,} bytes")
+    print(json.dumps(result))
+
+
 @labels_app.command("restore")
 def labels_restore(
     model: ModelDir,
