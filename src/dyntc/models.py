@@ -18,10 +18,9 @@ from torch import nn
 
 from dyntc.encoders.base import TextEncoder
 from dyntc.errors import DyntcError, is_number
-from dyntc.geometry import euclidean, lorentz
+from dyntc.geometry import METRICS, euclidean, lorentz
 
 Metric = Literal["euclidean", "hyperbolic"]
-METRICS = ("euclidean", "hyperbolic")
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -489,6 +489,10 @@ class PretrainedEncoder(TextEncoder):
         config, cache = config_from_options(_canonical_name(name), **options)
         return cls(config, cache=cache)
 
+    @staticmethod
+    def check_options(name: str, **options) -> None:
+        config_from_options(_canonical_name(name), **options)
+
     def config(self) -> dict:
         return {"kind": "pretrained", **asdict(self.cfg), "input_dim": self.input_dim, "fingerprint": dict(self.fingerprint)}
 

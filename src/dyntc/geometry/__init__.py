@@ -3,4 +3,7 @@ and :mod:`~dyntc.geometry.lorentz` (hyperboloid model: distances, exp/log maps, 
 
 from dyntc.geometry import euclidean, lorentz
 
-__all__ = ["euclidean", "lorentz"]
+#: The metric spaces a model can embed into.
+METRICS = ("euclidean", "hyperbolic")
+
+__all__ = ["METRICS", "euclidean", "lorentz"]
