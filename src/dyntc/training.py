@@ -244,16 +244,12 @@ def embed_points(model: nn.Module, items: Sequence[Any], batch_size: int = 256) 
 def prototypical_predict(
     model: PrototypicalNetwork, support: Encoded, queries: Sequence[Any], batch_size: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prototypes from `support` (all of its examples), then ``(predicted ids, -d² logits)`` of `queries`."""
-    was_training = model.training
-    model.eval()
-    try:
-        points = embed_points(model, support.items, batch_size)
-        protos = model.prototypes(points, torch.as_tensor(support.labels, device=points.device), len(support.classes))
-        logits = model.logits(embed_points(model, queries, batch_size), protos)
-    finally:
-        model.train(was_training)
-    return logits.argmax(1).cpu(), logits.cpu()
+    """Prototypes from `support` (all of its examples), then ``(predicted ids, -d² logits)`` of `queries`
+    (:meth:`~dyntc.models.PrototypicalNetwork.nearest_prototypes`)."""
+    d2 = model.nearest_prototypes(embed_points(model, support.items, batch_size), support.labels,
+                                  len(support.classes), embed_points(model, queries, batch_size))
+    logits = model.logits_from_sq_distances(d2)
+    return logits.argmax(1).cpu(), logits.detach().cpu()
 
 
 def prototypical_accuracy(model: PrototypicalNetwork, support: Encoded, query: Encoded) -> float:
