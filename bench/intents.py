@@ -1,0 +1,424 @@
+"""Intent-classification benchmark on frozen all-MiniLM-L6-v2 embeddings: the product's scorer and
+its designs against the static peers, every approach on the same cached embeddings in one run.
+
+Scenarios, per dataset (``clinc150``, ``hwu64``):
+
+- ``generalized``: per seed, a random third of the intents is *new* (``--new-shots`` random training
+  examples each, added after fitting), the rest *old* (all of their training texts, fitted first).
+  Accuracy on the evaluated split over all intents: old / new / all. Dynamic approaches are scored
+  twice: ``now`` right after the labels were added (no training) and ``refreshed`` after their
+  background refresh (a head retrained on every stored example); static peers only exist retrained.
+- ``fewshot-K``: every intent a label with K random training examples (one draw per seed); accuracy.
+- ``oos`` (CLINC150, on the generalized scenario's refreshed state): AUROC of the in-scope texts
+  against the out-of-scope ones, scored by each approach's top label score; and the out-of-scope
+  recall at the threshold that costs at most 2 points of in-scope accuracy (a rejected in-scope
+  text counts as an error). ``--split test``: threshold chosen on val (+ oos_val), measured on test
+  (+ oos_test). ``--split dev``: val and oos_val are cut in two halves (fixed seed): threshold on one,
+  measured on the other; AUROC on all of val.
+
+``--split dev`` scores CLINC150's val split and HWU64's valid split (designs are chosen there);
+``--split test`` the official test splits (reported figures only). Embeddings are computed once with
+the product's encoder path and cached under ``runs/intents_cache/``.
+
+SetFit is not part of this bench: it is not installed here and fine-tunes the encoder for ~10
+minutes per fit on a CPU (docs/results.md §9.2 has one measurement).
+
+    DYNTC_DATA=../shared/datasets python -m bench.intents --split dev
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+APPROACHES_DEFAULT = ("centroid", "cosine", "dc-default", "lr", "lr-balanced", "head")
+# published frozen-encoder few-shot anchor: USE+ConveRT (Casanueva et al. 2020), accuracy at 5 / 10 shots
+ANCHORS = {"clinc150": {5: 90.49, 10: 93.26}, "hwu64": {5: 80.01, 10: 85.83}}
+# the head configuration chosen on dev (docs/intents.md); "head:<key>=<value>,..." overrides it
+HEAD_DEFAULT = dict(tau=1.0, pull=1.0, pw=0.0, scale=16.0, ls=0, iter=50)
+
+
+# --------------------------------------------------------------------------- approaches
+
+
+class Approach:
+    """Interface: fit(x, y) on the old labels, add(c, x) a new label, refresh(), scores(x) -> (n, C_all)
+    with -inf for labels absent. ``dynamic``: has a state before refresh."""
+
+    dynamic = True
+
+    def __init__(self, n_classes: int):
+        self.n_classes = n_classes
+        self.support: dict[int, np.ndarray] = {}
+        self.refresh_seconds = 0.0
+        self.add_ms: list[float] = []
+
+    def fit(self, x, y):
+        for c in np.unique(y):
+            self.support[int(c)] = x[y == c]
+
+    def add(self, c, x):
+        t0 = time.perf_counter()
+        self.support[int(c)] = x
+        self._added(int(c))
+        self.add_ms.append(1000 * (time.perf_counter() - t0))
+
+    def _added(self, c):
+        pass
+
+    def refresh(self):
+        pass
+
+    def _stack(self):
+        labels = sorted(self.support)
+        x = np.concatenate([self.support[c] for c in labels])
+        y = np.concatenate([np.full(len(self.support[c]), c) for c in labels])
+        return labels, x, y
+
+    def _full(self, labels, s):
+        out = np.full((len(s), self.n_classes), -np.inf, dtype=np.float64)
+        out[:, labels] = s
+        return out
+
+
+class Prototypes(Approach):
+    """``centroid`` (−d²), ``dc-default`` (−(d² − σ²/n), the product's label set) or ``cosine``."""
+
+    def __init__(self, n_classes, kind):
+        super().__init__(n_classes)
+        self.kind = kind
+
+    def scores(self, q):
+        from dyntc.classifier.head import normalize, pooled_spread, prototype_scores, prototypes
+
+        labels, x, y = self._stack()
+        ids = np.searchsorted(labels, y)
+        means, counts, spread = prototypes(x, ids, len(labels))
+        if self.kind == "cosine":
+            s = normalize(q) @ normalize(means).T
+        else:
+            s = prototype_scores(q, means, counts, pooled_spread(spread, counts), debias=self.kind == "dc-default")
+        return self._full(labels, s)
+
+
+class ProductLabelSet(Prototypes):
+    """``DynamicClassifier()``'s own LabelSet (frozen MiniLM, Euclidean, debias) over the cached points."""
+
+    space = None
+
+    def __init__(self, n_classes):
+        super().__init__(n_classes, "dc-default")
+
+    @classmethod
+    def metric_space(cls):
+        if cls.space is None:
+            from dyntc import DynamicClassifier
+
+            clf = DynamicClassifier().fit(["book a table", "reserve a table", "what is the weather", "is it raining"],
+                                          ["book", "book", "weather", "weather"])
+            cls.space = clf.space_
+        return cls.space
+
+    def scores(self, q):
+        import torch
+
+        from dyntc.classifier.labels import LabelSet
+
+        labels = sorted(self.support)
+        groups = {str(c): ([f"t{c}-{i}" for i in range(len(self.support[c]))], torch.as_tensor(self.support[c]))
+                  for c in labels}
+        label_set = LabelSet.from_groups(self.metric_space(), groups, debias=True)
+        order = [int(c) for c in label_set.classes]
+        s = -label_set.sq_distances(torch.as_tensor(q)).double().numpy()
+        return self._full(order, s)
+
+
+class LogReg(Approach):
+    """scikit-learn LogisticRegression retrained on every stored example (static: no state before refresh)."""
+
+    dynamic = False
+
+    def __init__(self, n_classes, balanced):
+        super().__init__(n_classes)
+        self.balanced = balanced
+        self.model = None
+
+    def refresh(self):
+        from sklearn.linear_model import LogisticRegression
+
+        labels, x, y = self._stack()
+        t0 = time.perf_counter()
+        self.model = LogisticRegression(class_weight="balanced" if self.balanced else None, max_iter=2000).fit(x, y)
+        self.refresh_seconds = time.perf_counter() - t0
+
+    def scores(self, q):
+        return self._full([int(c) for c in self.model.classes_], self.model.predict_log_proba(q))
+
+
+class Head(Approach):
+    """``dyntc.classifier.head.CosineHead``: imprinted weights at once, a trained cosine head after refresh."""
+
+    def __init__(self, n_classes, spec):
+        from dyntc.classifier.head import CosineHead, HeadConfig
+
+        super().__init__(n_classes)
+        opts = dict(HEAD_DEFAULT)
+        opts.update(spec)
+        self.config = HeadConfig(scale=float(opts["scale"]), learn_scale=bool(int(opts["ls"])), tau=float(opts["tau"]),
+                                 pull=float(opts["pull"]), max_iter=int(opts["iter"]), proto_weight=float(opts["pw"]))
+        self.head = CosineHead(self.config)
+
+    def fit(self, x, y):
+        for c in np.unique(y):
+            self.head.add_label(f"{int(c):04d}", x[y == c])
+        self.refresh()
+
+    def add(self, c, x):
+        t0 = time.perf_counter()
+        self.head.add_label(f"{int(c):04d}", x)
+        self.head.scores(x[:1])  # the label is effective: the next query is scored with it
+        self.add_ms.append(1000 * (time.perf_counter() - t0))
+
+    def refresh(self):
+        info = self.head.refresh()
+        self.refresh_seconds = info["seconds"]
+        self.info = info
+
+    def scores(self, q):
+        return self._full([int(c) for c in self.head.classes], self.head.scores(q))
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    name, _, rest = spec.partition(":")
+    opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv) if rest else {}
+    return name, opts
+
+
+def make(spec: str, n_classes: int) -> Approach:
+    name, opts = parse_spec(spec)
+    if name in ("centroid", "cosine"):
+        return Prototypes(n_classes, name)
+    if name == "dc-default":
+        return ProductLabelSet(n_classes)
+    if name in ("lr", "lr-balanced"):
+        return LogReg(n_classes, name == "lr-balanced")
+    if name == "head":
+        unknown = set(opts) - set(HEAD_DEFAULT)
+        if unknown:
+            raise SystemExit(f"unknown head options {sorted(unknown)}; known: {sorted(HEAD_DEFAULT)}")
+        return Head(n_classes, opts)
+    raise SystemExit(f"unknown approach {spec!r}")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def accuracy(scores, y, mask=None):
+    ok = scores.argmax(1) == y
+    return 100 * float(ok[mask].mean() if mask is not None else ok.mean())
+
+
+def oos_metrics(s_in, y_in, s_out, s_in_cal, y_in_cal, s_out_cal, max_drop=0.02):
+    """AUROC (in-scope vs out-of-scope by top score), and in-scope accuracy with rejection / OOS recall
+    at the threshold chosen on the calibration texts (≤ `max_drop` in-scope accuracy)."""
+    import torch
+    from sklearn.metrics import roc_auc_score
+
+    from dyntc.classifier.calibration import choose_threshold
+
+    top_in, top_out = s_in.max(1), s_out.max(1)
+    auroc = roc_auc_score(np.r_[np.ones(len(top_in)), np.zeros(len(top_out))], np.r_[top_in, top_out])
+    cal_top = s_in_cal.max(1)
+    tau = choose_threshold(torch.as_tensor(-cal_top), torch.as_tensor(s_in_cal.argmax(1) == y_in_cal), max_drop)
+    keep_in = -top_in <= tau
+    return {"auroc": float(auroc), "acc_reject": 100 * float(((s_in.argmax(1) == y_in) & keep_in).mean()),
+            "oos_recall": 100 * float((-top_out > tau).mean())}
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def draw(rng, x, y, classes, k):
+    out = {}
+    for c in classes:
+        idx = np.flatnonzero(y == c)
+        out[c] = np.sort(rng.choice(idx, min(k, len(idx)), replace=False))
+    return out
+
+
+def generalized(data, split, seed, specs, new_shots, new_fraction):
+    rng = np.random.default_rng(seed)
+    n = len(data.classes)
+    perm = rng.permutation(n)
+    new = np.sort(perm[: int(round(n * new_fraction))])
+    old = np.sort(perm[int(round(n * new_fraction)):])
+    tr = data.train
+    old_mask = np.isin(tr.y, old)
+    support = draw(rng, tr.x, tr.y, new, new_shots)
+    ev = data.dev if split == "dev" else data.test
+    is_new = np.isin(ev.y, new)
+    oos = None
+    if data.oos_dev is not None:
+        if split == "test":
+            oos = (data.test, data.oos_test, data.dev, data.oos_dev)
+        else:  # halves of val / oos_val: threshold on one, measured on the other
+            half = np.random.default_rng(12345)
+            a = half.permutation(len(data.dev.y))
+            b = half.permutation(len(data.oos_dev.y))
+            sub = lambda p, i: type(p)(p.x[i], p.y[i], [p.texts[j] for j in i])  # noqa: E731
+            oos = (sub(data.dev, a[len(a) // 2:]), sub(data.oos_dev, b[len(b) // 2:]),
+                   sub(data.dev, a[: len(a) // 2]), sub(data.oos_dev, b[: len(b) // 2]))
+    rows = {}
+    for spec in specs:
+        ap = make(spec, n)
+        t0 = time.perf_counter()
+        ap.fit(tr.x[old_mask], tr.y[old_mask])
+        fit_s = time.perf_counter() - t0
+        for c in new:
+            ap.add(c, tr.x[support[c]])
+        states = {}
+        if ap.dynamic:
+            s = ap.scores(ev.x)
+            states["now"] = {"old": accuracy(s, ev.y, ~is_new), "new": accuracy(s, ev.y, is_new), "all": accuracy(s, ev.y)}
+        ap.refresh()
+        s = ap.scores(ev.x)
+        states["refreshed"] = {"old": accuracy(s, ev.y, ~is_new), "new": accuracy(s, ev.y, is_new), "all": accuracy(s, ev.y),
+                               "refresh_s": ap.refresh_seconds, "fit_s": fit_s,
+                               "add_ms": float(np.median(ap.add_ms)) if ap.add_ms and ap.dynamic else None,
+                               "n_stored": int(sum(len(v) for v in ap.support.values())) if ap.support else
+                               int(old_mask.sum() + sum(len(v) for v in support.values()))}
+        if oos is not None:
+            ev_in, ev_out, cal_in, cal_out = oos
+            states["oos"] = oos_metrics(ap.scores(ev_in.x), ev_in.y, ap.scores(ev_out.x), ap.scores(cal_in.x), cal_in.y,
+                                        ap.scores(cal_out.x))
+            if split == "dev":
+                states["oos"]["auroc"] = oos_metrics(s, ev.y, ap.scores(data.oos_dev.x), s, ev.y, ap.scores(data.oos_dev.x))["auroc"]
+        rows[spec] = states
+    return rows
+
+
+def fewshot(data, split, seed, specs, shots):
+    rng = np.random.default_rng(1000 + seed)
+    n = len(data.classes)
+    tr = data.train
+    support = draw(rng, tr.x, tr.y, np.arange(n), shots)
+    idx = np.concatenate([support[c] for c in range(n)])
+    ev = data.dev if split == "dev" else data.test
+    rows = {}
+    for spec in specs:
+        ap = make(spec, n)
+        ap.fit(tr.x[idx], tr.y[idx])
+        ap.refresh()
+        rows[spec] = {"acc": accuracy(ap.scores(ev.x), ev.y), "refresh_s": ap.refresh_seconds}
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def ms(values):
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if len(v) == 0:
+        return "–"
+    return f"{v.mean():.1f} ± {v.std():.1f}" if len(v) > 1 else f"{v.mean():.1f}"
+
+
+def report(results, args):
+    lines = []
+    for ds, res in results.items():
+        if "generalized" in res:
+            runs = res["generalized"]
+            lines.append(f"\n### {ds}, generalized ({args.split}): new = random third of intents, {args.new_shots}-shot; "
+                         f"mean ± std over seeds {args.seeds}")
+            lines.append("| approach | state | old | new | all | refresh s | add_label ms |")
+            lines.append("|---|---|---:|---:|---:|---:|---:|")
+            for spec in runs[0]:
+                for state in ("now", "refreshed"):
+                    if state not in runs[0][spec]:
+                        continue
+                    vals = [r[spec][state] for r in runs]
+                    extra = (f" {ms(v['refresh_s'] for v in vals) if state == 'refreshed' else '–'} |"
+                             f" {ms(v.get('add_ms') for v in vals) if state == 'refreshed' else '–'} |")
+                    lines.append(f"| {spec} | {state} | {ms(v['old'] for v in vals)} | {ms(v['new'] for v in vals)} | "
+                                 f"{ms(v['all'] for v in vals)} |{extra}")
+            if "oos" in runs[0][next(iter(runs[0]))]:
+                lines.append(f"\n### {ds}, out-of-scope ({args.split}; generalized scenario, refreshed state)")
+                lines.append("| approach | AUROC | in-scope acc. with rejection | OOS recall |")
+                lines.append("|---|---:|---:|---:|")
+                for spec in runs[0]:
+                    vals = [r[spec]["oos"] for r in runs]
+                    au = np.array([v["auroc"] for v in vals])
+                    lines.append(f"| {spec} | {au.mean():.4f} ± {au.std():.4f} | {ms(v['acc_reject'] for v in vals)} | "
+                                 f"{ms(v['oos_recall'] for v in vals)} |")
+        for key in sorted(k for k in res if k.startswith("fewshot-")):
+            k = int(key.split("-")[1])
+            runs = res[key]
+            lines.append(f"\n### {ds}, all labels {k}-shot ({args.split}); mean ± std over draws {args.seeds}")
+            lines.append("| approach | accuracy | refresh s |")
+            lines.append("|---|---:|---:|")
+            for spec in runs[0]:
+                lines.append(f"| {spec} | {ms(r[spec]['acc'] for r in runs)} | {ms(r[spec]['refresh_s'] for r in runs)} |")
+            lines.append(f"| published anchor: USE+ConveRT (Casanueva et al. 2020), its own draws/splits | "
+                         f"{ANCHORS[ds][k]:.2f} | – |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", choices=["dev", "test"], default="dev")
+    ap.add_argument("--datasets", default="clinc150,hwu64")
+    ap.add_argument("--scenarios", default="generalized,fewshot-5,fewshot-10")
+    ap.add_argument("--approaches", default=";".join(APPROACHES_DEFAULT),
+                    help="';'-separated: centroid, cosine, dc-default, lr, lr-balanced, head[:key=value,...]")
+    ap.add_argument("--seeds", default="0,1,2", help="partition seeds (generalized) and draws (few-shot)")
+    ap.add_argument("--new-shots", type=int, default=5)
+    ap.add_argument("--new-fraction", type=float, default=1 / 3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        if os.environ.get(var) != str(args.threads):
+            print(f"note: {var}={os.environ.get(var)} (set it to {args.threads} before starting Python for BLAS to follow)")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from bench._intents_data import load_data
+    from dyntc.training import machine_description
+
+    t_start = time.perf_counter()
+    specs = [s for s in args.approaches.split(";") if s]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; split {args.split}")
+    print("SetFit: not measured (not installed here; ~10 min of encoder fine-tuning per fit on this CPU)")
+    results = {}
+    for ds in args.datasets.split(","):
+        data = load_data(ds)
+        print(f"{ds}: {len(data.classes)} intents, train {len(data.train.y)}, dev {len(data.dev.y)} ({data.dev_note}), "
+              f"test {len(data.test.y)}" + (f", oos val/test {len(data.oos_dev.y)}/{len(data.oos_test.y)}" if data.oos_dev else ""),
+              flush=True)
+        res = results.setdefault(ds, {})
+        for scen in args.scenarios.split(","):
+            t0 = time.perf_counter()
+            if scen == "generalized":
+                res[scen] = [generalized(data, args.split, s, specs, args.new_shots, args.new_fraction) for s in seeds]
+            elif scen.startswith("fewshot-"):
+                res[scen] = [fewshot(data, args.split, s, specs, int(scen.split("-")[1])) for s in seeds]
+            else:
+                raise SystemExit(f"unknown scenario {scen!r}")
+            print(f"  {scen}: {time.perf_counter() - t0:.0f} s", flush=True)
+    print(report(results, args))
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "machine": machine_description(),
+                                         "results": results}, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
