@@ -40,8 +40,9 @@ import numpy as np
 APPROACHES_DEFAULT = ("centroid", "cosine", "dc-default", "lr", "lr-balanced", "head")
 # published frozen-encoder few-shot anchor: USE+ConveRT (Casanueva et al. 2020), accuracy at 5 / 10 shots
 ANCHORS = {"clinc150": {5: 90.49, 10: 93.26}, "hwu64": {5: 80.01, 10: 85.83}}
-# the head configuration chosen on dev (docs/intents.md); "head:<key>=<value>,..." overrides it
-HEAD_DEFAULT = dict(tau=1.0, pull=1.0, pw=0.0, scale=16.0, ls=0, iter=50)
+# "head:<key>=<value>,..." overrides these HeadConfig fields (defaults: HeadConfig's, chosen on dev)
+HEAD_KEYS = {"tau": "tau", "pull": "pull", "pw": "proto_weight", "scale": "scale", "ls": "learn_scale",
+             "iter": "max_iter", "off": "imprint_offset"}
 
 
 # --------------------------------------------------------------------------- approaches
@@ -168,16 +169,13 @@ class Head(Approach):
         from dyntc.classifier.head import CosineHead, HeadConfig
 
         super().__init__(n_classes)
-        opts = dict(HEAD_DEFAULT)
-        opts.update(spec)
-        self.config = HeadConfig(scale=float(opts["scale"]), learn_scale=bool(int(opts["ls"])), tau=float(opts["tau"]),
-                                 pull=float(opts["pull"]), max_iter=int(opts["iter"]), proto_weight=float(opts["pw"]))
+        kinds = {"learn_scale": lambda v: bool(int(v)), "max_iter": int}
+        self.config = HeadConfig(**{HEAD_KEYS[k]: kinds.get(HEAD_KEYS[k], float)(v) for k, v in spec.items()})
         self.head = CosineHead(self.config)
 
     def fit(self, x, y):
         for c in np.unique(y):
             self.head.add_label(f"{int(c):04d}", x[y == c])
-        self.refresh()
 
     def add(self, c, x):
         t0 = time.perf_counter()
@@ -194,6 +192,47 @@ class Head(Approach):
         return self._full([int(c) for c in self.head.classes], self.head.scores(q))
 
 
+class Cache(Approach):
+    """Tip-Adapter-like example cache (Zhang et al. 2022) on a base scorer: ``base + scale · alpha ·
+    mean_{i in c} exp(-beta (1 - cos(x, x_i)))`` over every stored example of label c (a per-label mean,
+    so a 100-example label does not outweigh a 5-example one). Base ``dc`` (the product's debiased
+    prototype score × 16) or ``head`` (the chosen cosine head)."""
+
+    def __init__(self, n_classes, opts):
+        super().__init__(n_classes)
+        self.alpha, self.beta = float(opts.get("alpha", 1.0)), float(opts.get("beta", 5.0))
+        self.base = Head(n_classes, {}) if opts.get("base", "dc") == "head" else ProductLabelSet(n_classes)
+
+    def fit(self, x, y):
+        super().fit(x, y)
+        self.base.fit(x, y)
+
+    def add(self, c, x):
+        t0 = time.perf_counter()
+        self.support[int(c)] = x
+        self.base.add(c, x)
+        self.add_ms.append(1000 * (time.perf_counter() - t0))
+
+    def refresh(self):
+        self.base.refresh()
+        self.refresh_seconds = self.base.refresh_seconds
+
+    def scores(self, q):
+        labels, x, y = self._stack()
+        ids = np.searchsorted(labels, y)
+        base = self.base.scores(q)
+        scale = 16.0 if isinstance(self.base, ProductLabelSet) else 1.0
+        counts = np.bincount(ids, minlength=len(labels)).astype(np.float64)
+        cache = np.zeros((len(q), len(labels)))
+        for start in range(0, len(q), 512):
+            k = np.exp(-self.beta * (1.0 - q[start:start + 512] @ x.T))
+            cache[start:start + 512] = np.stack([np.bincount(ids, weights=row, minlength=len(labels)) for row in k])
+        cache /= counts[None, :]
+        out = base * scale
+        out[:, labels] += 16.0 * self.alpha * cache
+        return out
+
+
 def parse_spec(spec: str) -> tuple[str, dict]:
     name, _, rest = spec.partition(":")
     opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv) if rest else {}
@@ -208,10 +247,12 @@ def make(spec: str, n_classes: int) -> Approach:
         return ProductLabelSet(n_classes)
     if name in ("lr", "lr-balanced"):
         return LogReg(n_classes, name == "lr-balanced")
+    if name == "cache":
+        return Cache(n_classes, opts)
     if name == "head":
-        unknown = set(opts) - set(HEAD_DEFAULT)
+        unknown = set(opts) - set(HEAD_KEYS)
         if unknown:
-            raise SystemExit(f"unknown head options {sorted(unknown)}; known: {sorted(HEAD_DEFAULT)}")
+            raise SystemExit(f"unknown head options {sorted(unknown)}; known: {sorted(HEAD_KEYS)}")
         return Head(n_classes, opts)
     raise SystemExit(f"unknown approach {spec!r}")
 
@@ -279,6 +320,8 @@ def generalized(data, split, seed, specs, new_shots, new_fraction):
         ap = make(spec, n)
         t0 = time.perf_counter()
         ap.fit(tr.x[old_mask], tr.y[old_mask])
+        if ap.dynamic:
+            ap.refresh()  # the state before the new labels: a head trained on the old ones
         fit_s = time.perf_counter() - t0
         for c in new:
             ap.add(c, tr.x[support[c]])

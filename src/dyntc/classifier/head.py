@@ -3,24 +3,28 @@ weights for the labels added since the last refresh.
 
 The score of label c for a (unit-length) embedding x is
 
-    s(x, c) = scale · cos(x, w_c)  +  proto_weight · proto_scale · (−(‖x − p_c‖² − σ²/n_c))
+    s(x, c) = scale · (cos(x, w_c) − o_c)  +  proto_weight · proto_scale · (−(‖x − p_c‖² − σ²/n_c))
 
-- ``w_c`` is the head's weight vector of label c. At a refresh the head is trained on every stored
-  support example (full-batch L-BFGS on the cross-entropy, warm-started from the previous weights or,
-  for a label the head has not seen, from its normalised prototype). Training uses the
-  logit-adjusted loss of Menon et al. (2021): ``τ · log π_c`` (π_c the label's share of the stored
-  examples) is added to the logits during training only, so a 5-example label is not starved next to
-  100-example ones. A penalty ``pull · mean_c ‖ŵ_c − p̂_c‖²`` keeps every unit weight near its label's
-  normalised prototype (few-shot labels must not drift from their few examples).
-- A label added or changed after the last refresh gets the *imprinted* weight ``w_c = p̂_c`` (its
-  normalised prototype; Qi et al. 2018), at once: as a cosine classifier the head needs no rescaling
-  for it.
+- ``w_c`` is the head's unit weight vector of label c. A *refresh* trains the head on every stored
+  support example: full-batch L-BFGS on the cross-entropy of ``scale · cos(x, w_c)``, warm-started
+  from the previous weights (a label the head has not seen starts from its normalised prototype).
+  Training uses the logit-adjusted loss of Menon et al. (2021): ``τ · log π_c`` (π_c the label's
+  share of the stored examples) is added to the logits during training only, so a 5-example label
+  is not starved next to 100-example ones. A penalty ``pull · mean_c ‖w_c − p̂_c‖²`` keeps every
+  weight near its label's normalised prototype p̂_c (few-shot labels must not drift from their few
+  examples).
+- A label added or changed after the last refresh gets the *imprinted* weight ``w_c = p̂_c`` (Qi et
+  al. 2018) at once, and the offset ``o_c``: ``imprint_offset`` × the mean drop, over the stored
+  examples at the last refresh, of the true label's cosine from its prototype to its trained weight
+  (trained weights are less similar to their own examples than prototypes are; without the offset a
+  freshly imprinted label takes texts from trained ones). Trained labels have ``o_c = 0``.
 - ``p_c``, ``n_c`` and σ² are the prototype, support size and pooled within-label spread of the
   product's support-size-corrected nearest-prototype score (:mod:`dyntc.classifier.labels`);
-  ``proto_weight = 0`` turns it off, ``proto_scale`` is the product's logit scale (16).
+  ``proto_weight = 0`` (the default chosen on dev, docs/intents.md) leaves it out.
 
-Everything here is plain numpy / torch on float32 embeddings; :class:`CosineHead` is the small
-stateful wrapper (support sets by label, weights, refresh, label operations).
+The defaults of :class:`HeadConfig` are what the dev-split study of docs/intents.md chose. Everything
+here is numpy / torch on float32 embeddings; :class:`CosineHead` is the small stateful wrapper
+(support points by label, weights, label operations, refresh in three steps, state to save).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -42,10 +46,11 @@ class HeadConfig:
 
     scale: float = 16.0  # cosine logit scale (initial value when learn_scale)
     learn_scale: bool = False
-    tau: float = 1.0  # logit adjustment strength during training (0: plain cross-entropy)
-    pull: float = 1.0  # weight of mean_c ||w_c - p_c||^2 (unit vectors)
+    tau: float = 0.875  # logit adjustment strength during training (0: plain cross-entropy)
+    pull: float = 0.2  # weight of mean_c ||w_c - p_c||^2 (unit vectors)
     max_iter: int = 50  # L-BFGS iterations per refresh
     proto_weight: float = 0.0  # weight of the support-size-corrected prototype score
+    imprint_offset: float = 0.5  # imprinted labels' cosines lowered by this share of the true-label cosine lost in training
     proto_scale: float = 16.0
     debias: bool = True
 
@@ -54,14 +59,15 @@ class HeadConfig:
             value = getattr(self, name)
             if not (is_number(value) and math.isfinite(value) and value > 0):
                 raise DyntcError(f"{name} must be a positive number, got {value!r}")
-        for name in ("tau", "pull", "proto_weight"):
+        for name in ("tau", "pull", "proto_weight", "imprint_offset"):
             value = getattr(self, name)
             if not (is_number(value) and math.isfinite(value) and value >= 0):
                 raise DyntcError(f"{name} must be a number >= 0, got {value!r}")
         if not (is_int(self.max_iter) and self.max_iter >= 0):
             raise DyntcError(f"max_iter must be an integer >= 0, got {self.max_iter!r}")
-        if not isinstance(self.learn_scale, bool) or not isinstance(self.debias, bool):
-            raise DyntcError("learn_scale and debias must be True or False")
+        for name in ("learn_scale", "debias"):
+            if not isinstance(getattr(self, name), bool):
+                raise DyntcError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,16 +117,20 @@ def prototype_scores(x: np.ndarray, means: np.ndarray, counts: np.ndarray, sigma
     return -d2
 
 
-def cosine_logits(x: np.ndarray, weights: np.ndarray, scale: float) -> np.ndarray:
-    """``scale · cos(x, w_c)`` (``(n, C)``)."""
-    return scale * (normalize(np.asarray(x, np.float32)) @ normalize(weights).T)
+def cosine_logits(x: np.ndarray, weights: np.ndarray, scale: float, offsets: np.ndarray | None = None) -> np.ndarray:
+    """``scale · (cos(x, w_c) − offset_c)`` (``(n, C)``)."""
+    cos = normalize(np.asarray(x, np.float32)) @ normalize(weights).T
+    if offsets is not None:
+        cos = cos - offsets[None, :]
+    return scale * cos
 
 
 def combined_scores(x: np.ndarray, weights: np.ndarray, scale: float, means: np.ndarray, counts: np.ndarray,
-                    sigma2: float, config: HeadConfig) -> np.ndarray:
-    """The head's cosine logits plus ``proto_weight · proto_scale`` × the prototype score (module docstring)."""
+                    sigma2: float, config: HeadConfig, offsets: np.ndarray | None = None) -> np.ndarray:
+    """The head's cosine logits (minus per-label `offsets`) plus ``proto_weight · proto_scale`` × the
+    prototype score (module docstring)."""
     x = _check_points(x)
-    out = cosine_logits(x, weights, scale)
+    out = cosine_logits(x, weights, scale, offsets)
     if config.proto_weight:
         out = out + config.proto_weight * config.proto_scale * prototype_scores(x, means, counts, sigma2, config.debias)
     return out
@@ -171,21 +181,68 @@ def train_cosine_head(x: np.ndarray, y: np.ndarray, init: np.ndarray, anchors: n
 # --------------------------------------------------------------------------- the stateful head
 
 
-@dataclass
+@dataclass(frozen=True)
+class Snapshot:
+    """What a refresh trains on, taken under the writer's lock in O(labels): the labels, their
+    versions (to tell afterwards which labels changed meanwhile), support points (shared, never
+    modified in place), the warm start and the current scale."""
+
+    classes: tuple[str, ...]
+    versions: tuple[int, ...]
+    support: tuple[np.ndarray, ...]
+    init: np.ndarray
+    anchors: np.ndarray
+    scale: float
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A refresh's result, to :meth:`CosineHead.install`."""
+
+    snapshot: Snapshot
+    weights: np.ndarray
+    scale: float
+    imprint_offset: float
+    info: dict
+
+
+def train(snapshot: Snapshot, config: HeadConfig) -> Trained:
+    """The slow half of a refresh (no shared state touched: run it in a background thread)."""
+    if len(snapshot.classes) < 2:
+        raise DyntcError("the head needs at least two labels to train")
+    x = np.concatenate(snapshot.support)
+    y = np.repeat(np.arange(len(snapshot.classes)), [len(p) for p in snapshot.support])
+    weights, scale, info = train_cosine_head(x, y, snapshot.init, snapshot.anchors, config, snapshot.scale)
+    offset = 0.0
+    if config.imprint_offset:
+        xn = normalize(x)
+        lost = (xn * snapshot.anchors[y]).sum(1) - (xn * weights[y]).sum(1)
+        offset = config.imprint_offset * float(lost.mean())
+    return Trained(snapshot, weights, scale, offset, info)
+
+
 class CosineHead:
-    """Support points by label, trained weights, and imprinted weights for labels added since the last
-    :meth:`refresh`. Labels are kept in sorted order (the columns of :meth:`scores`)."""
+    """Support points by label, trained weights, and imprinted weights for the labels added or changed
+    since the last refresh. Labels are kept in sorted order (the columns of :meth:`scores`).
 
-    config: HeadConfig = field(default_factory=HeadConfig)
+    Label operations cost O(labels · dim) and take effect at once. A refresh is
+    :meth:`snapshot` (quick) → :func:`train` (seconds; may run in the background while label
+    operations go on) → :meth:`install` (quick): only labels unchanged since the snapshot take the
+    trained weights; the others stay imprinted until the next refresh. :meth:`refresh` does all three.
+    """
 
-    def __post_init__(self):
-        if not isinstance(self.config, HeadConfig):
-            raise DyntcError(f"config must be a HeadConfig, got {type(self.config).__name__}")
+    def __init__(self, config: HeadConfig | None = None):
+        config = HeadConfig() if config is None else config
+        if not isinstance(config, HeadConfig):
+            raise DyntcError(f"config must be a HeadConfig, got {type(config).__name__}")
+        self.config = config
         self._support: dict[str, np.ndarray] = {}
         self._stats: dict[str, tuple[np.ndarray, int, float]] = {}  # label -> (mean, count, spread sum)
-        self._trained: dict[str, np.ndarray] = {}  # label -> unit weight from the last refresh
-        self.scale = float(self.config.scale)
-        self.stale: set[str] = set()  # labels added or changed since the last refresh
+        self._version: dict[str, int] = {}
+        self._clock = 0
+        self._trained: dict[str, np.ndarray] = {}  # label -> unit weight from the last refresh (never stale)
+        self.scale = float(config.scale)
+        self.imprint_offset = 0.0  # subtracted from imprinted labels' cosines
         self.last_refresh: dict = {}
         self._cache: tuple | None = None
 
@@ -193,6 +250,11 @@ class CosineHead:
     @property
     def classes(self) -> list[str]:
         return sorted(self._support)
+
+    @property
+    def stale(self) -> set[str]:
+        """Labels scored with imprinted weights (added or changed since the last installed refresh)."""
+        return set(self._support) - set(self._trained)
 
     def counts(self) -> dict[str, int]:
         return {c: len(self._support[c]) for c in self.classes}
@@ -203,17 +265,7 @@ class CosineHead:
             raise DyntcError(f"name must be a non-empty label name, got {name!r}")
         if name in self._support:
             raise DyntcError(f"label {name!r} exists already")
-        points = _check_points(points, "points")
-        if len(points) == 0:
-            raise DyntcError("a label needs at least one example")
-        self._set(name, points)
-
-    def _set(self, name: str, points: np.ndarray) -> None:
-        mean = points.mean(0, dtype=np.float64).astype(np.float32)
-        self._support[name] = points
-        self._stats[name] = (mean, len(points), float(((points - mean) ** 2).sum()))
-        self.stale.add(name)
-        self._cache = None
+        self._set(name, _check_points(points, "points"))
 
     def add_examples(self, name: str, points) -> None:
         self._require(name)
@@ -221,53 +273,89 @@ class CosineHead:
 
     def remove_label(self, name: str) -> None:
         self._require(name)
-        del self._support[name], self._stats[name]
+        for table in (self._support, self._stats, self._version, self._trained):
+            table.pop(name, None)
+        self._cache = None
+
+    def _set(self, name: str, points: np.ndarray) -> None:
+        if len(points) == 0:
+            raise DyntcError("a label needs at least one example")
+        mean = points.mean(0, dtype=np.float64).astype(np.float32)
+        self._support[name] = points
+        self._stats[name] = (mean, len(points), float(((points - mean) ** 2).sum(dtype=np.float64)))
+        self._clock += 1
+        self._version[name] = self._clock
         self._trained.pop(name, None)
-        self.stale.discard(name)
         self._cache = None
 
     def _require(self, name: str) -> None:
         if name not in self._support:
             raise DyntcError(f"label {name!r} does not exist")
 
-    # -- state
+    # -- scoring state (rebuilt lazily after a change: O(labels · dim))
     def _state(self):
         if self._cache is None:
             classes = self.classes
+            if not classes:
+                raise DyntcError("the head has no labels")
             means = np.stack([self._stats[c][0] for c in classes])
             counts = np.array([self._stats[c][1] for c in classes], dtype=np.float64)
             spread = sum(self._stats[c][2] for c in classes)
             anchors = normalize(means)
-            weights = np.stack([self._trained[c] if c in self._trained and c not in self.stale else anchors[i]
-                                for i, c in enumerate(classes)])
-            self._cache = (classes, means, counts, pooled_spread(spread, counts), anchors, weights)
+            weights = np.stack([self._trained.get(c, anchors[i]) for i, c in enumerate(classes)])
+            offsets = np.array([0.0 if c in self._trained else self.imprint_offset for c in classes], dtype=np.float32)
+            self._cache = (classes, means, counts, pooled_spread(spread, counts), anchors, weights, offsets)
         return self._cache
-
-    def refresh(self) -> dict:
-        """Train the head on every stored example (warm start); what is returned says how long it took."""
-        classes, means, counts, sigma2, anchors, weights = self._state()
-        x = np.concatenate([self._support[c] for c in classes])
-        y = np.repeat(np.arange(len(classes)), [len(self._support[c]) for c in classes])
-        if len(classes) < 2:
-            raise DyntcError("the head needs at least two labels")
-        trained, self.scale, info = train_cosine_head(x, y, weights, anchors, self.config, self.scale)
-        self._trained = dict(zip(classes, trained))
-        self.stale = set()
-        self._cache = None
-        self.last_refresh = info
-        return info
 
     def scores(self, x) -> np.ndarray:
         """``(n, n_classes)`` combined scores, columns in :attr:`classes` order."""
-        classes, means, counts, sigma2, _, weights = self._state()
-        return combined_scores(x, weights, self.scale, means, counts, sigma2, self.config)
+        classes, means, counts, sigma2, _, weights, offsets = self._state()
+        return combined_scores(x, weights, self.scale, means, counts, sigma2, self.config, offsets)
 
     def predict(self, x) -> list[str]:
         classes = self.classes
         return [classes[i] for i in self.scores(x).argmax(1)]
 
+    # -- refresh
+    def snapshot(self) -> Snapshot:
+        classes, _, _, _, anchors, weights, _ = self._state()
+        return Snapshot(tuple(classes), tuple(self._version[c] for c in classes), tuple(self._support[c] for c in classes),
+                        weights.copy(), anchors.copy(), self.scale)
+
+    def install(self, trained: Trained) -> list[str]:
+        """Take a refresh's weights for the labels unchanged since its snapshot; returns those left stale."""
+        snap = trained.snapshot
+        self.scale = trained.scale
+        self.imprint_offset = trained.imprint_offset
+        for name, version, weight in zip(snap.classes, snap.versions, trained.weights):
+            if self._version.get(name) == version:
+                self._trained[name] = weight
+        self.last_refresh = trained.info
+        self._cache = None
+        return sorted(self.stale)
+
+    def refresh(self) -> dict:
+        """Train on every stored example now (warm start) and install; returns timing information."""
+        self.install(train(self.snapshot(), self.config))
+        return self.last_refresh
+
+    # -- persistence
     def state_dict(self) -> dict:
-        """What a store would keep besides the support sets: config, scale, trained weights by label,
-        and the labels that are stale (their weights are imprinted on load)."""
-        return {"config": self.config.to_dict(), "scale": self.scale,
-                "weights": {c: w.tolist() for c, w in self._trained.items()}, "stale": sorted(self.stale)}
+        """What a store keeps besides the support sets: config, scale, imprint offset and the trained
+        weight of every non-stale label (a label without one is imprinted on load)."""
+        return {"config": self.config.to_dict(), "scale": self.scale, "imprint_offset": self.imprint_offset,
+                "weights": {c: self._trained[c].tolist() for c in sorted(self._trained)}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` on a head holding the same support sets."""
+        try:
+            config = HeadConfig(**state["config"])
+            weights = {c: np.asarray(w, dtype=np.float32) for c, w in state["weights"].items()}
+            scale, offset = float(state["scale"]), float(state["imprint_offset"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DyntcError(f"the stored head is damaged ({type(exc).__name__}: {exc}); refresh it again") from exc
+        unknown = sorted(set(weights) - set(self._support))
+        if unknown:
+            raise DyntcError(f"the stored head has weights for labels that do not exist: {unknown[:5]}")
+        self.config, self.scale, self.imprint_offset, self._trained = config, scale, offset, weights
+        self._cache = None
