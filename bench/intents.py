@@ -378,7 +378,8 @@ def report(results, args):
         if "generalized" in res:
             runs = res["generalized"]
             lines.append(f"\n### {ds}, generalized ({args.split}): new = random third of intents, {args.new_shots}-shot; "
-                         f"mean ± std over seeds {args.seeds}")
+                         f"mean ± std over seeds {args.seeds}; examples stored at the refresh: "
+                         f"{ms(r[next(iter(r))]['refreshed']['n_stored'] for r in runs)}")
             lines.append("| approach | state | old | new | all | refresh s | add_label ms |")
             lines.append("|---|---|---:|---:|---:|---:|---:|")
             for spec in runs[0]:
@@ -399,7 +400,7 @@ def report(results, args):
                     au = np.array([v["auroc"] for v in vals])
                     lines.append(f"| {spec} | {au.mean():.4f} ± {au.std():.4f} | {ms(v['acc_reject'] for v in vals)} | "
                                  f"{ms(v['oos_recall'] for v in vals)} |")
-        for key in sorted(k for k in res if k.startswith("fewshot-")):
+        for key in sorted((k for k in res if k.startswith("fewshot-")), key=lambda k: int(k.split("-")[1])):
             k = int(key.split("-")[1])
             runs = res[key]
             lines.append(f"\n### {ds}, all labels {k}-shot ({args.split}); mean ± std over draws {args.seeds}")
