@@ -76,6 +76,11 @@ class Approach:
     def refresh(self):
         pass
 
+    def predict_top(self, q):
+        """(predicted label ids, in-scope score = the top score)."""
+        s = self.scores(q)
+        return s.argmax(1), s.max(1)
+
     def _stack(self):
         labels = sorted(self.support)
         x = np.concatenate([self.support[c] for c in labels])
@@ -170,6 +175,10 @@ class Head(Approach):
 
         super().__init__(n_classes)
         kinds = {"learn_scale": lambda v: bool(int(v)), "max_iter": int}
+        spec = dict(spec)
+        self.oos = spec.pop("oos", "head")
+        if self.oos not in ("head", "proto"):
+            raise SystemExit(f"head option oos must be head or proto, got {self.oos!r}")
         self.config = HeadConfig(**{HEAD_KEYS[k]: kinds.get(HEAD_KEYS[k], float)(v) for k, v in spec.items()})
         self.head = CosineHead(self.config)
 
@@ -190,6 +199,16 @@ class Head(Approach):
 
     def scores(self, q):
         return self._full([int(c) for c in self.head.classes], self.head.scores(q))
+
+    def predict_top(self, q):
+        """oos=proto: the head predicts, the product's nearest-label score (−min(d² − σ²/n)) is the in-scope score."""
+        s = self.scores(q)
+        if self.oos == "head":
+            return s.argmax(1), s.max(1)
+        from dyntc.classifier.head import prototype_scores
+
+        _, means, counts, sigma2, _, _, _ = self.head._state()
+        return s.argmax(1), prototype_scores(q, means, counts, sigma2).max(1)
 
 
 class Cache(Approach):
@@ -250,9 +269,9 @@ def make(spec: str, n_classes: int) -> Approach:
     if name == "cache":
         return Cache(n_classes, opts)
     if name == "head":
-        unknown = set(opts) - set(HEAD_KEYS)
+        unknown = set(opts) - set(HEAD_KEYS) - {"oos"}
         if unknown:
-            raise SystemExit(f"unknown head options {sorted(unknown)}; known: {sorted(HEAD_KEYS)}")
+            raise SystemExit(f"unknown head options {sorted(unknown)}; known: {sorted(HEAD_KEYS) + ['oos']}")
         return Head(n_classes, opts)
     raise SystemExit(f"unknown approach {spec!r}")
 
@@ -265,21 +284,47 @@ def accuracy(scores, y, mask=None):
     return 100 * float(ok[mask].mean() if mask is not None else ok.mean())
 
 
-def oos_metrics(s_in, y_in, s_out, s_in_cal, y_in_cal, s_out_cal, max_drop=0.02):
-    """AUROC (in-scope vs out-of-scope by top score), and in-scope accuracy with rejection / OOS recall
-    at the threshold chosen on the calibration texts (≤ `max_drop` in-scope accuracy)."""
+def oos_metrics(ap, ev_in, ev_out, cal_in, cal_out, max_drop=0.02):
+    """AUROC (in-scope vs out-of-scope by the approach's in-scope score), and in-scope accuracy with
+    rejection / OOS recall at the threshold chosen on the calibration texts (≤ `max_drop` in-scope accuracy)."""
     import torch
     from sklearn.metrics import roc_auc_score
 
     from dyntc.classifier.calibration import choose_threshold
 
-    top_in, top_out = s_in.max(1), s_out.max(1)
+    pred_in, top_in = ap.predict_top(ev_in.x)
+    _, top_out = ap.predict_top(ev_out.x)
     auroc = roc_auc_score(np.r_[np.ones(len(top_in)), np.zeros(len(top_out))], np.r_[top_in, top_out])
-    cal_top = s_in_cal.max(1)
-    tau = choose_threshold(torch.as_tensor(-cal_top), torch.as_tensor(s_in_cal.argmax(1) == y_in_cal), max_drop)
+    pred_cal, top_cal = ap.predict_top(cal_in.x)
+    tau = choose_threshold(torch.as_tensor(-top_cal), torch.as_tensor(pred_cal == cal_in.y), max_drop)
     keep_in = -top_in <= tau
-    return {"auroc": float(auroc), "acc_reject": 100 * float(((s_in.argmax(1) == y_in) & keep_in).mean()),
+    return {"auroc": float(auroc), "acc_reject": 100 * float(((pred_in == ev_in.y) & keep_in).mean()),
             "oos_recall": 100 * float((-top_out > tau).mean())}
+
+
+def oos_sets(data, split):
+    """(evaluated in-scope, evaluated OOS, calibration in-scope, calibration OOS), or None without OOS texts."""
+    if data.oos_dev is None:
+        return None
+    if split == "test":
+        return data.test, data.oos_test, data.dev, data.oos_dev
+    # halves of val / oos_val: threshold on one, measured on the other (AUROC: on all of val, below)
+    half = np.random.default_rng(12345)
+    a = half.permutation(len(data.dev.y))
+    b = half.permutation(len(data.oos_dev.y))
+    sub = lambda p, i: type(p)(p.x[i], p.y[i], [p.texts[j] for j in i])  # noqa: E731
+    return (sub(data.dev, a[len(a) // 2:]), sub(data.oos_dev, b[len(b) // 2:]),
+            sub(data.dev, a[: len(a) // 2]), sub(data.oos_dev, b[: len(b) // 2]))
+
+
+def oos_block(ap, data, split):
+    sets = oos_sets(data, split)
+    if sets is None:
+        return None
+    out = oos_metrics(ap, *sets)
+    if split == "dev":
+        out["auroc"] = oos_metrics(ap, data.dev, data.oos_dev, data.dev, data.oos_dev)["auroc"]
+    return out
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -304,17 +349,6 @@ def generalized(data, split, seed, specs, new_shots, new_fraction):
     support = draw(rng, tr.x, tr.y, new, new_shots)
     ev = data.dev if split == "dev" else data.test
     is_new = np.isin(ev.y, new)
-    oos = None
-    if data.oos_dev is not None:
-        if split == "test":
-            oos = (data.test, data.oos_test, data.dev, data.oos_dev)
-        else:  # halves of val / oos_val: threshold on one, measured on the other
-            half = np.random.default_rng(12345)
-            a = half.permutation(len(data.dev.y))
-            b = half.permutation(len(data.oos_dev.y))
-            sub = lambda p, i: type(p)(p.x[i], p.y[i], [p.texts[j] for j in i])  # noqa: E731
-            oos = (sub(data.dev, a[len(a) // 2:]), sub(data.oos_dev, b[len(b) // 2:]),
-                   sub(data.dev, a[: len(a) // 2]), sub(data.oos_dev, b[: len(b) // 2]))
     rows = {}
     for spec in specs:
         ap = make(spec, n)
@@ -336,13 +370,26 @@ def generalized(data, split, seed, specs, new_shots, new_fraction):
                                "add_ms": float(np.median(ap.add_ms)) if ap.add_ms and ap.dynamic else None,
                                "n_stored": int(sum(len(v) for v in ap.support.values())) if ap.support else
                                int(old_mask.sum() + sum(len(v) for v in support.values()))}
+        oos = oos_block(ap, data, split)
         if oos is not None:
-            ev_in, ev_out, cal_in, cal_out = oos
-            states["oos"] = oos_metrics(ap.scores(ev_in.x), ev_in.y, ap.scores(ev_out.x), ap.scores(cal_in.x), cal_in.y,
-                                        ap.scores(cal_out.x))
-            if split == "dev":
-                states["oos"]["auroc"] = oos_metrics(s, ev.y, ap.scores(data.oos_dev.x), s, ev.y, ap.scores(data.oos_dev.x))["auroc"]
+            states["oos"] = oos
         rows[spec] = states
+    return rows
+
+
+def full(data, split, specs):
+    """Every intent a label with all of its training texts (no new labels); accuracy and OOS."""
+    ev = data.dev if split == "dev" else data.test
+    rows = {}
+    for spec in specs:
+        ap = make(spec, len(data.classes))
+        ap.fit(data.train.x, data.train.y)
+        ap.refresh()
+        rows[spec] = {"acc": accuracy(ap.scores(ev.x), ev.y), "refresh_s": ap.refresh_seconds,
+                      "n_stored": len(data.train.y)}
+        oos = oos_block(ap, data, split)
+        if oos is not None:
+            rows[spec]["oos"] = oos
     return rows
 
 
@@ -400,6 +447,17 @@ def report(results, args):
                     au = np.array([v["auroc"] for v in vals])
                     lines.append(f"| {spec} | {au.mean():.4f} ± {au.std():.4f} | {ms(v['acc_reject'] for v in vals)} | "
                                  f"{ms(v['oos_recall'] for v in vals)} |")
+        if "full" in res:
+            r = res["full"][0]
+            first = next(iter(r))
+            lines.append(f"\n### {ds}, all labels with all training texts ({args.split}; {r[first]['n_stored']} stored examples)")
+            has_oos = "oos" in r[first]
+            lines.append("| approach | accuracy | refresh s |" + (" OOS AUROC | in-scope acc. with rejection | OOS recall |" if has_oos else ""))
+            lines.append("|---|---:|---:|" + ("---:|---:|---:|" if has_oos else ""))
+            for spec, v in r.items():
+                extra = (f" {v['oos']['auroc']:.4f} | {v['oos']['acc_reject']:.1f} | {v['oos']['oos_recall']:.1f} |"
+                         if has_oos else "")
+                lines.append(f"| {spec} | {v['acc']:.1f} | {v['refresh_s']:.1f} |{extra}")
         for key in sorted((k for k in res if k.startswith("fewshot-")), key=lambda k: int(k.split("-")[1])):
             k = int(key.split("-")[1])
             runs = res[key]
@@ -417,7 +475,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--split", choices=["dev", "test"], default="dev")
     ap.add_argument("--datasets", default="clinc150,hwu64")
-    ap.add_argument("--scenarios", default="generalized,fewshot-5,fewshot-10")
+    ap.add_argument("--scenarios", default="generalized,full,fewshot-5,fewshot-10")
     ap.add_argument("--approaches", default=";".join(APPROACHES_DEFAULT),
                     help="';'-separated: centroid, cosine, dc-default, lr, lr-balanced, head[:key=value,...]")
     ap.add_argument("--seeds", default="0,1,2", help="partition seeds (generalized) and draws (few-shot)")
@@ -451,6 +509,8 @@ def main() -> None:
             t0 = time.perf_counter()
             if scen == "generalized":
                 res[scen] = [generalized(data, args.split, s, specs, args.new_shots, args.new_fraction) for s in seeds]
+            elif scen == "full":
+                res[scen] = [full(data, args.split, specs)]
             elif scen.startswith("fewshot-"):
                 res[scen] = [fewshot(data, args.split, s, specs, int(scen.split("-")[1])) for s in seeds]
             else:
