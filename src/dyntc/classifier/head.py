@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
