@@ -1,9 +1,12 @@
 """``DynamicClassifier``: a text classifier whose label set changes without retraining.
 
 An encoder maps texts into a metric space (Euclidean, or the hyperboloid model of hyperbolic space);
-a label is the prototype (mean, or Fréchet mean) of its embedded support examples; a text gets the
-label of the nearest prototype. Adding, removing, splitting, merging or renaming a label only
-changes the support sets, so it takes effect at once, without training::
+a label is the set of its embedded support examples and their prototype (mean, or Fréchet mean). A
+text gets the best-scored label: by default (``head="cosine"``) under a cosine head over the stored
+support points, retrained in a background thread after label operations, in which a label changed
+since the last refresh is scored at once by its normalised prototype (:mod:`~dyntc.classifier.live_head`);
+with ``head=None``, the nearest prototype. Adding, removing, splitting, merging or renaming a label
+only changes the support sets, so it takes effect at once, without waiting for training::
 
     from dyntc import DynamicClassifier
 
@@ -30,12 +33,14 @@ texts embedded earlier keep their points.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from dyntc.classifier import fit as trainer
+from dyntc.classifier import live_head
 from dyntc.classifier.calibration import CalibrationMixin
 from dyntc.classifier.labels import LabelOperationsMixin, LabelSet, check_examples
 from dyntc.classifier.model import MetricSpace
@@ -48,7 +53,8 @@ from dyntc.errors import DyntcError, NotFittedError, is_int
 
 
 class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, PersistenceMixin):
-    """Nearest-prototype text classifier with an editable label set (scikit-learn conventions).
+    """Text classifier with an editable label set (scikit-learn conventions): a cosine head over the
+    support examples' points (default) or the nearest prototype.
 
     Parameters (stored as given by the constructor; validated by :meth:`fit`):
 
@@ -92,7 +98,24 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         Correct each label's distances for its support size (subtract ``σ²/n``, the expected excess
         squared distance of a prototype estimated from ``n`` examples; see
         :mod:`dyntc.classifier.labels`), so that a 5-example label is not predicted less often than a
-        100-example one. Applies at once; a change drops the calibration.
+        100-example one. Applies at once; a change drops the calibration. (With the head it only
+        matters if ``head_options`` adds the prototype score.)
+    head
+        The scorer. ``"cosine"`` (default): a cosine classifier over the encoder-space coordinates
+        of the stored support points (on the hyperboloid, the spatial part: the direction of the log
+        map at the origin), score ``16 · (cos(x, w_c) − o_c)``, trained on every stored example by
+        :meth:`fit` and by a background refresh about a second after the last label operation; a
+        label changed since the last refresh is scored at once by its normalised prototype (minus an
+        offset). ``decision_function`` gives these scores and ``top_k`` / ``prediction_records`` the
+        distances ``sqrt(2 − 2 s / 16)`` they stand for (:mod:`~dyntc.classifier.live_head`). ``None``:
+        the support-size-corrected nearest-prototype scorer, ``-d²`` (the default before the head).
+        Applies at once (the head is trained at the next prediction; the calibration is dropped).
+    head_options
+        Options of the cosine head: the fields of :class:`~dyntc.classifier.head.HeadConfig`
+        (``tau``, ``pull``, ``scale``, ``learn_scale``, ``max_iter``, ``proto_weight``,
+        ``imprint_offset``, ``proto_scale``; defaults chosen in docs/intents.md) and
+        ``refresh_delay`` (seconds of quiet after a label operation before the background refresh,
+        default 1). None = the defaults.
     batch_size
         Texts per batch when embedding (prediction, label operations).
     seed, device, progress
@@ -122,6 +145,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         time_budget_s: float | None = None,
         extend_vocab: bool = True,
         debias: bool = True,
+        head: str | None = "cosine",
+        head_options: dict | None = None,
         batch_size: int = 256,
         seed: int = 0,
         device: str = "cpu",
@@ -147,6 +172,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self.time_budget_s = time_budget_s
         self.extend_vocab = extend_vocab
         self.debias = debias
+        self.head = head
+        self.head_options = head_options
         self.batch_size = batch_size
         self.seed = seed
         self.device = device
@@ -188,7 +215,10 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self._check_fitted()
         other = copy.copy(self)
         other.__dict__.pop("_replay", None)  # a copy starts without a replay log (replay.py)
-        other._labels = self._labels.copy()
+        other.__dict__.pop("_head_refresh", None)  # ... and refreshes its own head in its own thread
+        if self.head_options is not None:
+            other.head_options = dict(self.head_options)
+        other._labels = self._labels.copy()  # shares the head's last refresh: immutable
         return other
 
     # ------------------------------------------------------------------ fit / fine-tune
@@ -224,6 +254,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self._install(texts, labels, items)
         self.calibration_ = None
         self._source: tuple[str, int] | None = None
+        if self.head is not None:
+            self.refresh(wait=True)
         return self
 
     @recorded
@@ -247,6 +279,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         """
         self._check_fitted()
         trainer.fine_tune(self, texts, labels, episodes=episodes, lr=lr, dev=dev, add_to_support=add_to_support)
+        if self.head is not None:
+            self.refresh(wait=True)
         return self
 
     def _install(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None,
@@ -264,12 +298,120 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         }, debias=self.debias)
         self._labels.changed = set(groups)
 
+    # ------------------------------------------------------------------ the cosine head
+
+    def _scorer(self) -> str:
+        """What the scores are: ``"prototype"`` (``head=None``) or the head's name."""
+        return "prototype" if self.head is None else self.head
+
+    def _head_config(self) -> tuple[live_head.HeadConfig, float]:
+        return live_head.head_config(self.head_options)
+
+    def _head_runtime(self) -> dict:
+        """This classifier's own refresh lock and background refresher (a copy makes its own)."""
+        runtime = self.__dict__.get("_head_refresh")
+        if runtime is None:
+            runtime = self.__dict__.setdefault("_head_refresh", {
+                "lock": threading.Lock(),
+                "refresher": live_head.Refresher(self._refresh_in_background, self._head_config()[1]),
+            })
+        return runtime
+
+    def _head_view(self, labels: LabelSet) -> live_head.View:
+        config = self._head_config()[0]
+        if labels.head is None:  # never trained (just loaded, refitted, options changed): train now
+            self._refresh_labels(labels, config)
+        return live_head.view(labels, config)
+
+    def _refresh_labels(self, labels: LabelSet, config: live_head.HeadConfig, *, force: bool = False) -> dict | None:
+        """Train the head on `labels` as they are and install the result (one assignment); under this
+        classifier's refresh lock, so never two at once. Labels changed meanwhile stay imprinted and
+        schedule the next refresh. Returns the refresh's info (None if another thread just did it)."""
+        with self._head_runtime()["lock"]:
+            if labels.head is not None and not force:
+                return None
+            trained, snapshot = live_head.train(labels, config)
+            if config != self._head_config()[0]:  # options changed while it trained: the result is stale
+                return None
+            labels.head = trained
+            now = live_head.view(labels, config)
+        changed = set(map(id, now.supports)) - set(map(id, snapshot.supports))
+        if changed and labels is self._labels:
+            self._head_runtime()["refresher"].schedule(labels)
+        return {**trained.info, "imprinted": list(now.imprinted)}
+
+    def _refresh_in_background(self, labels: LabelSet) -> None:
+        if self.head is not None:
+            self._refresh_labels(labels, self._head_config()[0], force=True)
+
+    def _labels_changed(self) -> None:
+        """After a label operation: touched labels are imprinted at once; a refresh follows in the background."""
+        if self.head is not None and self._labels.head is not None:
+            runtime = self._head_runtime()
+            runtime["refresher"].delay = self._head_config()[1]
+            runtime["refresher"].schedule(self._labels)
+
+    def refresh(self, wait: bool = True) -> dict | None:
+        """Retrain the cosine head on every stored example now. ``wait=True``: synchronously (after a
+        background refresh in progress, if any), returning what it did (``seconds``, ``examples``,
+        ``imprinted``: labels changed meanwhile); ``wait=False``: start the background refresh at once
+        and return None. Label operations schedule it by themselves; this is for tests and batch jobs."""
+        self._check_fitted()
+        if self.head is None:
+            raise DyntcError("refresh() applies to the cosine head; this classifier has head=None")
+        if not wait:
+            self._head_runtime()["refresher"].schedule(self._labels, delay=0.0)
+            return None
+        return self._refresh_labels(self._labels, self._head_config()[0], force=True)
+
+    def wait_for_refresh(self, timeout: float | None = None) -> bool:
+        """Block until no background refresh is pending or running (at most `timeout` seconds); True if idle."""
+        runtime = self.__dict__.get("_head_refresh")
+        return True if runtime is None else runtime["refresher"].wait(timeout)
+
+    def head_status(self) -> dict | None:
+        """The head's state, JSON-able: ``imprinted`` (labels scored by their prototype until the next
+        refresh), ``refreshing`` (a background refresh pending or running) and the last refresh's
+        ``seconds`` and ``examples``; None with ``head=None`` or before the head was first trained."""
+        self._check_fitted()
+        labels = self._labels
+        if self.head is None or labels.head is None:
+            return None
+        view = live_head.view(labels, self._head_config()[0])
+        runtime = self.__dict__.get("_head_refresh")
+        return {"head": self.head, "imprinted": list(view.imprinted),
+                "refreshing": bool(runtime and runtime["refresher"].busy),
+                "seconds": round(float(labels.head.info.get("seconds", 0.0)), 4),
+                "examples": int(labels.head.info.get("examples", 0))}
+
     # ------------------------------------------------------------------ prediction
 
-    def _query(self, texts: Sequence[str]) -> torch.Tensor:
+    def _scores(self, texts: Sequence[str]) -> torch.Tensor:
+        """Scores of `texts` for every label, ``(n, n_classes)`` float64 (higher = better)."""
         self._check_fitted()
         texts = check_examples(texts, "texts", allow_empty=True)
-        return self._labels.sq_distances(self.space_.embed(texts)) if texts else torch.zeros(0, self.n_classes_)
+        labels = self._labels
+        if not texts:
+            return torch.zeros(0, len(labels), dtype=torch.float64)
+        points = self.space_.embed(texts)
+        if self.head is None:
+            return -labels.sq_distances(points).double()
+        return live_head.scores(self._head_view(labels), labels, points, self._head_config()[0])
+
+    def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """The squared distances that :meth:`decision_function`'s scores stand for, ``(n, n_classes)``:
+        ``-s`` with ``head=None`` (``d²`` to the nearest part's prototype, support-size corrected); with
+        the cosine head ``2 − 2 s / scale``, the squared distance on the unit sphere between the text's
+        direction and the label's weight (plus twice the offset of an imprinted label). The nearest
+        label is always the best-scored one; ``top_k``, the records and the rejection threshold use these."""
+        s = torch.as_tensor(scores).double()
+        if self.head is None:
+            return -s
+        return live_head.sq_distances(s, self._head_config()[0])
+
+    def _query(self, texts: Sequence[str]) -> torch.Tensor:
+        """Squared distances of `texts` to every label (:meth:`squared_distances` of their scores)."""
+        return self.squared_distances(self._scores(texts))
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Points of `texts` in the metric space: ``(n, d)`` Euclidean, ``(n, d + 1)`` on the hyperboloid."""
@@ -277,56 +419,44 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         return self.space_.embed(check_examples(texts, "texts", allow_empty=True)).numpy()
 
     def predict(self, texts: Sequence[str], *, reject: bool = False) -> list[str | None]:
-        """The label of the nearest prototype for every text. With ``reject=True`` (after
-        :meth:`calibrate`) a text farther than the calibrated threshold from every prototype is
-        out of scope and gets ``None``."""
-        d2 = self._query(texts)
-        classes = self.classes_
-        labels: list[str | None] = [classes[i] for i in d2.argmin(1).tolist()]
-        if reject:
-            threshold = self.require_calibration("predict(reject=True)").threshold
-            far = (d2.min(1).values.clamp_min(0).sqrt() > threshold).tolist() if len(d2) else []
-            labels = [None if out else label for label, out in zip(labels, far)]
-        return labels
+        """The best-scored label for every text (the nearest prototype with ``head=None``). With
+        ``reject=True`` (after :meth:`calibrate`) a text farther than the calibrated threshold from
+        every label (with the head: whose top score is below the matching score) is out of scope and
+        gets ``None``."""
+        threshold = self.require_calibration("predict(reject=True)").threshold if reject else None
+        return [r["label"] for r in self._records(self._scores(texts), 1, False, threshold)]
 
     def decision_function(self, texts: Sequence[str]) -> np.ndarray:
-        """``-d²`` to every prototype, ``(n, n_classes)`` (higher = nearer); columns in ``classes_``
-        order. :meth:`predict`, :meth:`predict_proba` and :meth:`top_k` all derive from it, so a
-        caller needing several of them embeds the texts once with this."""
-        return (-self._query(texts).double()).numpy()
+        """Every label's score, ``(n, n_classes)`` (higher = better); columns in ``classes_`` order: the
+        cosine head's ``scale · (cos − offset)``, or ``-d²`` to every prototype with ``head=None``.
+        :meth:`predict`, :meth:`predict_proba`, :meth:`top_k` and :meth:`prediction_records` all derive
+        from it, so a caller needing several of them embeds the texts once with this."""
+        return self._scores(texts).numpy()
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
-        """``softmax(-d² / T)`` over the prototypes, ``(n, n_classes)``; columns in ``classes_`` order.
-        Until :meth:`calibrate` fits T it is ``1/s`` for the model's logit scale s (``prior_temperature_``)."""
-        return self.proba_from_scores(-self._query(texts))
+        """``softmax(scores / T)``, ``(n, n_classes)``; columns in ``classes_`` order. Until :meth:`calibrate`
+        fits T it is ``prior_temperature_`` (1 with the head; ``1/s`` for the model's logit scale s
+        with ``head=None``)."""
+        return self.proba_from_scores(self._scores(texts))
 
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
-        """For every text, the `k` nearest labels as ``(label, distance)``, nearest first."""
+        """For every text, the `k` best labels as ``(label, distance)``, nearest (best-scored) first;
+        the distance is the square root of :meth:`squared_distances`."""
         if not (is_int(k) and k >= 1):
             raise DyntcError(f"k must be an integer >= 1, got {k!r}")
         return self.nearest_labels(self._query(texts), k)
 
     def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[str, float]]]:
-        """From squared distances ``(n, n_classes)`` (e.g. ``-decision_function(texts)``), the `k`
-        nearest labels of every row as ``(label, distance)``, nearest first."""
+        """From squared distances ``(n, n_classes)`` (``squared_distances(decision_function(texts))``), the
+        `k` nearest labels of every row as ``(label, distance)``, nearest first."""
         d2 = torch.as_tensor(sq_distances)
         values, index = d2.topk(min(k, d2.shape[1]), dim=1, largest=False)
         classes = self.classes_
         return [[(classes[j], v) for j, v in zip(row_i, row_v)]
                 for row_i, row_v in zip(index.tolist(), values.clamp_min(0).sqrt().tolist())]
 
-    def prediction_records(self, scores: np.ndarray, *, top_k: int = 1, proba: bool = False,
-                           reject: bool = False) -> list[dict]:
-        """One JSON-able answer per row of `scores` (from :meth:`decision_function`): ``label`` (None
-        with `reject` when the nearest prototype is farther than the calibrated threshold, as in
-        :meth:`predict`), with `proba` its ``probability``, with `top_k` > 1 the ``top_k`` nearest
-        labels and their distances (numbers rounded to 6 digits). ``dyntc predict`` and ``dyntc
-        serve`` answer with these records."""
-        if not (is_int(top_k) and top_k >= 1):
-            raise DyntcError(f"top_k must be an integer >= 1, got {top_k!r}")
-        scores = torch.as_tensor(scores)
-        threshold = self.require_calibration("reject").threshold if reject else None
-        ranked = self.nearest_labels(-scores, top_k)
+    def _records(self, scores: torch.Tensor, top_k: int, proba: bool, threshold: float | None) -> list[dict]:
+        ranked = self.nearest_labels(self.squared_distances(scores), top_k)
         probs = self.proba_from_scores(scores).max(1).tolist() if proba else None
         records = []
         for i, row in enumerate(ranked):
@@ -337,6 +467,18 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
                 record["top_k"] = [{"label": label, "distance": round(d, 6)} for label, d in row]
             records.append(record)
         return records
+
+    def prediction_records(self, scores: np.ndarray, *, top_k: int = 1, proba: bool = False,
+                           reject: bool = False) -> list[dict]:
+        """One JSON-able answer per row of `scores` (from :meth:`decision_function`): ``label`` (None
+        with `reject` when the nearest label is farther than the calibrated threshold, as in
+        :meth:`predict`), with `proba` its ``probability``, with `top_k` > 1 the ``top_k`` nearest
+        labels and their distances (:meth:`top_k`'s; numbers rounded to 6 digits). ``dyntc predict``
+        and ``dyntc serve`` answer with these records."""
+        if not (is_int(top_k) and top_k >= 1):
+            raise DyntcError(f"top_k must be an integer >= 1, got {top_k!r}")
+        threshold = self.require_calibration("reject").threshold if reject else None
+        return self._records(torch.as_tensor(scores).double(), top_k, proba, threshold)
 
     def score(self, texts: Sequence[str], labels: Sequence[str]) -> float:
         """Accuracy of :meth:`predict` on (`texts`, `labels`)."""
@@ -349,4 +491,4 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         """A JSON-able summary: parameters, labels and their support counts."""
         self._check_fitted()
         return {"params": self.get_params(), "n_classes": self.n_classes_, "support_counts": self.support_counts(),
-                "version": self.version_}
+                "version": self.version_, "head": self.head_status()}

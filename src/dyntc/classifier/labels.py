@@ -109,6 +109,10 @@ class LabelSet:
         self._correction: torch.Tensor | None = None
         self.changed: set[str] = set()
         self.log: list[dict] = []
+        # the classifier's cosine head (classifier/live_head.py): its last refresh (an immutable
+        # `Trained`, replaced in one assignment) and the scoring view made from it (a cache)
+        self.head: Any = None
+        self.head_view: Any = None
 
     @classmethod
     def from_groups(cls, space: MetricSpace, groups: Mapping[str, tuple], *, debias: bool = True) -> "LabelSet":
@@ -124,6 +128,7 @@ class LabelSet:
         other._support, other._prototypes, other._rows = dict(self._support), dict(self._prototypes), self._rows
         other._spread, other._correction = dict(self._spread), self._correction
         other.changed, other.log = set(self.changed), list(self.log)
+        other.head, other.head_view = self.head, self.head_view  # immutable: shared, never changed
         return other
 
     # ---------------------------------------------------------------- reading
@@ -343,7 +348,11 @@ class LabelSet:
 
 class LabelOperationsMixin:
     """:class:`~dyntc.classifier.DynamicClassifier`'s label operations: each changes the fitted
-    label set (``labels_``) at once and returns the new ``classes_``."""
+    label set (``labels_``) at once, calls ``_labels_changed()`` (the classifier schedules its
+    head's background refresh there) and returns the new ``classes_``."""
+
+    def _labels_changed(self) -> None:
+        pass
 
     def support(self, name: str) -> list[str]:
         """The support texts of label `name` (a copy)."""
@@ -357,18 +366,21 @@ class LabelOperationsMixin:
     def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
         """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
         self.labels_.add_label(name, examples)
+        self._labels_changed()
         return self.classes_
 
     @recorded
     def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
         """Add support `examples` to the existing label `name`; its prototype moves at once."""
         self.labels_.add_examples(name, examples)
+        self._labels_changed()
         return self.classes_
 
     @recorded
     def remove_label(self, name: str) -> list[str]:
         """Remove label `name` (it can no longer be predicted). At least one label must remain."""
         self.labels_.remove_label(name)
+        self._labels_changed()
         return self.classes_
 
     @recorded
@@ -381,6 +393,7 @@ class LabelOperationsMixin:
         given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
         """
         self.labels_.split_label(name, parts, reassign=reassign)
+        self._labels_changed()
         return self.classes_
 
     @recorded
@@ -388,10 +401,12 @@ class LabelOperationsMixin:
         """Merge the labels `names` (at least two) into one label `into` whose support set is their
         union. `into` may be one of `names` or a new name (not another existing label)."""
         self.labels_.merge_labels(names, into)
+        self._labels_changed()
         return self.classes_
 
     @recorded
     def rename_label(self, old: str, new: str) -> list[str]:
         """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
         self.labels_.rename_label(old, new)
+        self._labels_changed()
         return self.classes_

@@ -12,6 +12,7 @@ from typing import Any, Self
 from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, is_int, is_number
 
+from dyntc.classifier.live_head import HEADS, head_config
 from dyntc.geometry import METRICS
 
 BACKBONE_LAYERS = 2  # train="backbone": the top transformer layers trained (docs/results.md §9)
@@ -52,6 +53,9 @@ PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "time_budget_s": ((lambda v: v is None or (is_number(v) and v > 0)), "None or a number of seconds > 0"),
     "extend_vocab": _BOOL,
     "debias": _BOOL,
+    "head": ((lambda v: v is None or v in HEADS), "None (nearest prototype) or " + " or ".join(repr(h) for h in HEADS)),
+    "head_options": ((lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v))),
+                     "a dict of cosine-head options (HeadConfig fields, refresh_delay), or None"),
     "batch_size": _int(1),
     "seed": ((lambda v: is_int(v)), "an integer"),
     "device": ((lambda v: True), "a torch device"),  # checked by check_device, which knows what is there
@@ -81,6 +85,7 @@ def validate_params(clf: Any) -> None:
         raise DyntcError(f"train={clf.train!r} does not apply to encoder {clf.encoder!r}, which takes "
                          f"{' or '.join(repr(m) for m in modes)} (or None = {modes[0]!r})")
     clf._check_device(clf.device)
+    head_config(clf.head_options)
     from dyntc.encoders import check_encoder_options
 
     try:
@@ -155,7 +160,8 @@ class ParamsMixin:
     @recorded
     def set_params(self, **params) -> Self:
         """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
-        ``extend_vocab``, ``debias`` and ``progress`` apply at once)."""
+        ``extend_vocab``, ``debias``, ``head``, ``head_options`` and ``progress`` apply at once: a new
+        head or new head options retrain the head at the next prediction and drop the calibration)."""
         valid = self._param_names()
         for name, value in params.items():
             if name not in valid:
@@ -163,6 +169,13 @@ class ParamsMixin:
             check_param(name, value)
             if name == "device":
                 self._check_device(value)
+            if name == "head_options":
+                head_config(value)
+            if name in ("head", "head_options") and value != getattr(self, name):
+                labels = getattr(self, "_labels", None)
+                if labels is not None:
+                    labels.head = labels.head_view = None  # retrained at the next prediction
+                    self.calibration_ = None
             if name == "debias":
                 labels = getattr(self, "_labels", None)
                 if labels is not None and labels.debias != value:

@@ -1,0 +1,269 @@
+"""The cosine head of a :class:`~dyntc.classifier.DynamicClassifier` (``head="cosine"``, the default):
+the scorer of :mod:`dyntc.classifier.head` run over the classifier's own label set, with label
+operations that take effect at once and a refresh in a background thread.
+
+The score of label c for a text x (``decision_function``; higher = better) is
+
+    s(x, c) = scale · (cos(h(x), w_c) − o_c)   [+ proto_weight · proto_scale · (−d²(x, c)) if set]
+
+with ``h(x)`` the encoder-space coordinates of the text's point (the point itself in Euclidean
+space; on the hyperboloid its spatial part, whose direction is that of the log map at the origin:
+the head is a cosine classifier, so it needs only directions, and on the tangent space at the origin
+a cosine is sound where a hyperbolic distance is not), ``w_c`` the label's unit weight and ``o_c``
+its offset (:mod:`dyntc.classifier.head`). A merged label has one weight per part and scores the
+best of them, as its prototypes do.
+
+**Trained and imprinted labels.** A refresh trains one weight per part of every label on every
+stored support point (logit-adjusted L-BFGS with a pull toward the prototypes, warm-started). Its
+result, :class:`Trained`, is immutable and keyed by the label's :class:`~dyntc.classifier.labels.Support`
+object, which a label operation replaces and never changes in place. So a label whose support
+changed since the refresh (added, given examples, split, merged) has no trained weight and is
+scored at once with its *imprinted* weight (its normalised prototype, minus the imprint offset); a
+renamed label keeps its support object and its weight; a removed one is simply not scored.
+
+**Installing** a refresh is one assignment of a new :class:`Trained` to the label set's ``head``: a
+reader takes that reference once and scores with it, so it never sees a half-built head. A label
+added while a refresh trains is not in that refresh's snapshot, stays imprinted after the swap and
+schedules the next refresh. :class:`Refresher` is the one background thread per classifier
+(debounced, never two refreshes at once; it exits when idle).
+
+**Distances.** :func:`sq_distances` turns scores into the squared distances ``top_k``,
+``prediction_records`` and the out-of-scope threshold use: ``d² = 2 − 2 s / scale`` (the configured
+scale), i.e. ``‖x̂ − ŵ_c‖² + 2 o_c`` (the squared chord between the text's direction and the
+label's weight on the unit sphere, plus twice the imprint offset), so the nearest label is the
+best-scored one and rejecting beyond a distance is rejecting below a top score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dyntc.classifier.head import HeadConfig, normalize, train_cosine_head
+from dyntc.errors import DyntcError, is_number
+
+log = logging.getLogger(__name__)
+
+#: The values of the ``head`` parameter: a name, or None for the nearest-prototype scorer.
+HEADS = ("cosine",)
+#: Seconds after the last label operation before the background refresh starts (``refresh_delay``).
+REFRESH_DELAY_S = 1.0
+_OPTIONS = tuple(f.name for f in dataclasses.fields(HeadConfig) if f.name != "debias") + ("refresh_delay",)
+
+
+def head_config(options: Mapping[str, Any] | None) -> tuple[HeadConfig, float]:
+    """``(HeadConfig, refresh delay in seconds)`` from a classifier's ``head_options``."""
+    opts = dict(options or {})
+    if "debias" in opts:
+        raise DyntcError("head_options: 'debias' is the classifier's own parameter (DynamicClassifier(debias=...))")
+    unknown = sorted(set(opts) - set(_OPTIONS))
+    if unknown:
+        raise DyntcError(f"head_options {unknown} are not options of the cosine head; it takes {', '.join(_OPTIONS)}")
+    delay = opts.pop("refresh_delay", REFRESH_DELAY_S)
+    if not (is_number(delay) and math.isfinite(delay) and delay >= 0):
+        raise DyntcError(f"head_options: refresh_delay must be a number of seconds >= 0, got {delay!r}")
+    try:
+        config = HeadConfig(**opts)
+    except DyntcError as exc:
+        raise DyntcError(f"head_options: {exc}") from None
+    return config, float(delay)
+
+
+def features(space: Any, points: torch.Tensor) -> np.ndarray:
+    """The head's input for points of `space` (a :class:`~dyntc.classifier.model.MetricSpace`): their
+    encoder-space coordinates as float32 (module docstring)."""
+    return space.model.space.euclidean_part(points).float().numpy()
+
+
+def _anchors(space: Any, support: Any) -> np.ndarray:
+    """Unit prototypes of a support set's parts in the head's space, ``(n_parts, d)``."""
+    x = features(space, support.points)
+    if support.n_parts == 1:
+        return normalize(x.mean(0, dtype=np.float64)[None, :].astype(np.float32))
+    ids = support.part_ids().numpy()
+    sums = np.zeros((support.n_parts, x.shape[1]), dtype=np.float64)
+    np.add.at(sums, ids, x)
+    return normalize((sums / np.bincount(ids)[:, None]).astype(np.float32))
+
+
+# --------------------------------------------------------------------------- immutable state
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A refresh's result: per support set (by identity) the unit weights of its parts, the scale,
+    the offset imprinted labels get, and how the refresh went. Never modified once made."""
+
+    weights: Mapping[int, tuple[Any, np.ndarray]]  # id(Support) -> (Support, (n_parts, d))
+    scale: float
+    imprint_offset: float
+    info: Mapping[str, Any]
+
+    def rows(self, support: Any) -> np.ndarray | None:
+        entry = self.weights.get(id(support))
+        return entry[1] if entry is not None and entry[0] is support else None
+
+
+@dataclass(frozen=True)
+class View:
+    """What scoring needs, for one state of a label set and one :class:`Trained` (made lazily, kept in
+    the label set's ``head_view`` and replaced in one assignment)."""
+
+    token: Any  # the label set's prototype rows when this was built (replaced by every label operation)
+    trained: Trained | None
+    classes: tuple[str, ...]
+    supports: tuple[Any, ...]
+    anchors: Mapping[int, tuple[Any, np.ndarray]]  # id(Support) -> (Support, unit part prototypes)
+    weights: np.ndarray  # (rows, d) unit: one row per part of every label
+    offsets: np.ndarray  # (rows,)
+    owner: np.ndarray  # (rows,) label index of every row
+    scale: float
+    imprinted: tuple[str, ...]
+
+
+def view(labels: Any, config: HeadConfig) -> View:
+    """The scoring view of `labels` (a :class:`~dyntc.classifier.labels.LabelSet`) as it is now."""
+    token = labels._prototype_rows()
+    trained = labels.head
+    current = labels.head_view
+    if current is not None and current.token is token and current.trained is trained:
+        return current
+    known = current.anchors if current is not None else {}
+    anchors, weights, offsets, owner, imprinted = {}, [], [], [], []
+    items = labels.items()
+    for i, (name, support) in enumerate(items):
+        entry = known.get(id(support))
+        a = entry[1] if entry is not None and entry[0] is support else _anchors(labels.space, support)
+        anchors[id(support)] = (support, a)
+        w = None if trained is None else trained.rows(support)
+        if w is None or w.shape != a.shape:
+            w = a
+            offsets += [0.0 if trained is None else trained.imprint_offset] * len(a)
+            imprinted.append(name)
+        else:
+            offsets += [0.0] * len(a)
+        weights.append(w)
+        owner += [i] * len(a)
+    if not items:
+        raise DyntcError("the label set is empty")
+    made = View(token, trained, tuple(n for n, _ in items), tuple(s for _, s in items), anchors,
+                np.concatenate(weights).astype(np.float32), np.asarray(offsets, dtype=np.float32),
+                np.asarray(owner, dtype=np.int64), float(config.scale if trained is None else trained.scale),
+                tuple(imprinted))
+    labels.head_view = made
+    return made
+
+
+def scores(v: View, labels: Any, points: torch.Tensor, config: HeadConfig) -> torch.Tensor:
+    """``(n, n_classes)`` float64 scores of `points` under view `v` of `labels` (module docstring)."""
+    x = normalize(features(labels.space, points))
+    logits = torch.from_numpy(v.scale * (x @ v.weights.T - v.offsets[None, :])).double()
+    if len(v.owner) != len(v.classes):  # merged labels: the best part
+        out = torch.full((len(x), len(v.classes)), float("-inf"), dtype=torch.float64)
+        owner = torch.from_numpy(v.owner).expand(len(x), -1)
+        logits = out.scatter_reduce(1, owner, logits, reduce="amax")
+    if config.proto_weight:
+        logits = logits - config.proto_weight * config.proto_scale * labels.sq_distances(points).double()
+    return logits
+
+
+def sq_distances(scores_: torch.Tensor | np.ndarray, config: HeadConfig) -> torch.Tensor:
+    """The squared distances the scores stand for: ``2 − 2 s / scale`` (module docstring)."""
+    return 2.0 - 2.0 * torch.as_tensor(scores_).double() / config.scale
+
+
+# --------------------------------------------------------------------------- refresh
+
+
+def train(labels: Any, config: HeadConfig) -> tuple[Trained, View]:
+    """Train the head on every support point of `labels` as it is now (the slow part: it reads the
+    label set's immutable support sets and writes nothing shared). Returns the result and the view it
+    started from (its snapshot)."""
+    v = view(labels, config)
+    t0 = time.perf_counter()
+    n_rows = len(v.weights)
+    examples = sum(len(s.texts) for s in v.supports)
+    if n_rows < 2:  # nothing to discriminate: every label stays imprinted (offset 0)
+        return Trained({}, float(config.scale), 0.0, {"seconds": 0.0, "examples": examples, "rows": n_rows}), v
+    x = np.concatenate([features(labels.space, s.points) for s in v.supports])
+    first = np.cumsum([0] + [s.n_parts for s in v.supports])[:-1]
+    y = np.concatenate([first[i] + s.part_ids().numpy() for i, s in enumerate(v.supports)])
+    anchors = np.concatenate([v.anchors[id(s)][1] for s in v.supports])
+    weights, scale, info = train_cosine_head(x, y, v.weights, anchors, config, v.scale)
+    offset = 0.0
+    if config.imprint_offset:
+        xn = normalize(x)
+        lost = (xn * anchors[y]).sum(1) - (xn * weights[y]).sum(1)
+        offset = config.imprint_offset * float(lost.mean())
+    by_support = {id(s): (s, weights[first[i]:first[i] + s.n_parts]) for i, s in enumerate(v.supports)}
+    info = {**info, "rows": n_rows, "seconds": time.perf_counter() - t0}
+    return Trained(by_support, scale, offset, info), v
+
+
+class Refresher:
+    """The background refresh of one classifier: :meth:`schedule` (after every label operation) starts
+    `run(labels)` `delay` seconds after the last call, in one daemon thread that exits when nothing
+    is pending; a call during a refresh schedules the next one. ``run`` must not raise (errors are
+    logged and kept in ``last_error``)."""
+
+    def __init__(self, run: Callable[[Any], None], delay: float):
+        self._run = run
+        self.delay = delay
+        self._cond = threading.Condition()
+        self._pending: Any = None
+        self._due = 0.0
+        self._thread: threading.Thread | None = None
+        self.running = False
+        self.last_error: BaseException | None = None
+
+    def schedule(self, labels: Any, delay: float | None = None) -> None:
+        with self._cond:
+            self._pending = labels
+            self._due = time.monotonic() + (self.delay if delay is None else delay)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="dyntc-head-refresh", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a refresh is pending or running."""
+        with self._cond:
+            return self._thread is not None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no refresh is pending or running (or `timeout` seconds); True if idle."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._thread is None, timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._pending is None:
+                        self._thread = None
+                        self._cond.notify_all()
+                        return
+                    left = self._due - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                labels, self._pending = self._pending, None
+                self.running = True
+            try:
+                self._run(labels)
+            except Exception as exc:  # keep serving imprinted weights; the next label operation retries
+                self.last_error = exc
+                log.exception("background refresh of the cosine head failed")
+            finally:
+                with self._cond:
+                    self.running = False
