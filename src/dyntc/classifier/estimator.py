@@ -208,6 +208,11 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
     def n_classes_(self) -> int:
         return len(self.labels_)
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_head_refresh", None)  # a lock and a thread: a deep copy or an unpickled one makes its own
+        return state
+
     def copy(self) -> "DynamicClassifier":
         """A copy with its own label set, sharing the trained network: label operations on the copy
         leave this classifier unchanged (a reader of it keeps seeing the old labels). Training the copy

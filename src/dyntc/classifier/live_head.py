@@ -14,7 +14,9 @@ its offset (:mod:`dyntc.classifier.head`). A merged label has one weight per par
 best of them, as its prototypes do.
 
 **Trained and imprinted labels.** A refresh trains one weight per part of every label on every
-stored support point (logit-adjusted L-BFGS with a pull toward the prototypes, warm-started). Its
+stored support point (logit-adjusted L-BFGS with a pull toward the prototypes), always starting from
+the prototypes: its result depends on the label set only, so a classifier loaded from a store, a
+copy or a deep copy gets the same weights as the original's refresh of the same labels. Its
 result, :class:`Trained`, is immutable and keyed by the label's :class:`~dyntc.classifier.labels.Support`
 object, which a label operation replaces and never changes in place. So a label whose support
 changed since the refresh (added, given examples, split, merged) has no trained weight and is
@@ -98,18 +100,34 @@ def _anchors(space: Any, support: Any) -> np.ndarray:
 # --------------------------------------------------------------------------- immutable state
 
 
-@dataclass(frozen=True)
 class Trained:
-    """A refresh's result: per support set (by identity) the unit weights of its parts, the scale,
-    the offset imprinted labels get, and how the refresh went. Never modified once made."""
+    """A refresh's result: the unit weights of every part of the support sets it was trained on (found
+    by the support object's identity), the scale, the offset imprinted labels get, and how the
+    refresh went. Never modified once made (copies and pickles rebuild the identity index)."""
 
-    weights: Mapping[int, tuple[Any, np.ndarray]]  # id(Support) -> (Support, (n_parts, d))
-    scale: float
-    imprint_offset: float
-    info: Mapping[str, Any]
+    __slots__ = ("entries", "scale", "imprint_offset", "info", "_index")
+
+    def __init__(self, entries: tuple[tuple[Any, np.ndarray], ...], scale: float, imprint_offset: float,
+                 info: Mapping[str, Any]):
+        set_ = object.__setattr__
+        set_(self, "entries", tuple(entries))  # (Support, (n_parts, d)) pairs
+        set_(self, "scale", float(scale))
+        set_(self, "imprint_offset", float(imprint_offset))
+        set_(self, "info", dict(info))
+        set_(self, "_index", {id(support): (support, w) for support, w in self.entries})
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a Trained head is immutable")
+
+    def __getstate__(self):
+        return self.entries, self.scale, self.imprint_offset, self.info
+
+    def __setstate__(self, state):
+        self.__init__(*state)
 
     def rows(self, support: Any) -> np.ndarray | None:
-        entry = self.weights.get(id(support))
+        """The trained weights of `support`'s parts, or None (not trained on this very support set)."""
+        entry = self._index.get(id(support))
         return entry[1] if entry is not None and entry[0] is support else None
 
 
@@ -186,27 +204,29 @@ def sq_distances(scores_: torch.Tensor | np.ndarray, config: HeadConfig) -> torc
 
 def train(labels: Any, config: HeadConfig) -> tuple[Trained, View]:
     """Train the head on every support point of `labels` as it is now (the slow part: it reads the
-    label set's immutable support sets and writes nothing shared). Returns the result and the view it
-    started from (its snapshot)."""
+    label set's immutable support sets and writes nothing shared), starting from the prototypes.
+    Returns the result and the view it started from (its snapshot)."""
     v = view(labels, config)
     t0 = time.perf_counter()
     n_rows = len(v.weights)
     examples = sum(len(s.texts) for s in v.supports)
     if n_rows < 2:  # nothing to discriminate: every label stays imprinted (offset 0)
-        return Trained({}, float(config.scale), 0.0, {"seconds": 0.0, "examples": examples, "rows": n_rows}), v
+        return Trained((), float(config.scale), 0.0, {"seconds": 0.0, "examples": examples, "rows": n_rows}), v
     x = np.concatenate([features(labels.space, s.points) for s in v.supports])
     first = np.cumsum([0] + [s.n_parts for s in v.supports])[:-1]
     y = np.concatenate([first[i] + s.part_ids().numpy() for i, s in enumerate(v.supports)])
     anchors = np.concatenate([v.anchors[id(s)][1] for s in v.supports])
-    weights, scale, info = train_cosine_head(x, y, v.weights, anchors, config, v.scale)
+    # from the prototypes, not the last weights: the result is a function of the label set alone, so
+    # a loaded, copied or replayed classifier gets the weights its original had (docs/intents.md)
+    weights, scale, info = train_cosine_head(x, y, anchors, anchors, config, config.scale)
     offset = 0.0
     if config.imprint_offset:
         xn = normalize(x)
         lost = (xn * anchors[y]).sum(1) - (xn * weights[y]).sum(1)
         offset = config.imprint_offset * float(lost.mean())
-    by_support = {id(s): (s, weights[first[i]:first[i] + s.n_parts]) for i, s in enumerate(v.supports)}
+    entries = tuple((s, weights[first[i]:first[i] + s.n_parts]) for i, s in enumerate(v.supports))
     info = {**info, "rows": n_rows, "seconds": time.perf_counter() - t0}
-    return Trained(by_support, scale, offset, info), v
+    return Trained(entries, scale, offset, info), v
 
 
 class Refresher:

@@ -134,6 +134,15 @@ def _gather(examples: Optional[list[str]], files: Optional[list[Path]], text_col
     return out
 
 
+def _head_option(value: str) -> str | None:
+    """``--head``: ``none`` is the nearest-prototype scorer (``head=None``)."""
+    if value.strip().lower() == "none":
+        return None
+    if value != "cosine":
+        raise DyntcError(f"--head must be cosine or none, got {value!r}")
+    return value
+
+
 def _load(model: Path):
     from dyntc.classifier import DynamicClassifier
 
@@ -167,6 +176,8 @@ def fit(
     train: Annotated[Optional[str], typer.Option(help="What to train: none (pretrained default: the backbone's own "
                                                  "embeddings) | backbone (its top layers) | head | encoder (SRU)")] = None,
     debias: Annotated[bool, typer.Option(help="Correct each label's distances for its support size (σ²/n)")] = True,
+    head: Annotated[str, typer.Option(help="Scorer: cosine (a cosine head over the stored points, retrained in the "
+                                      "background after label operations) | none (nearest prototype)")] = "cosine",
     runtime: Annotated[Optional[str], typer.Option(help="Frozen pretrained backbone: torch | onnx | onnx-int8 "
                                                    "(ONNX Runtime on the CPU: 1.4x / 2.3x faster; int8 moves embeddings, cosine 0.99)")] = None,
     hard_fraction: Annotated[float, typer.Option(help="Share of each episode's labels (<= 0.5) drawn as confusable partners")] = 0.0,
@@ -191,7 +202,7 @@ def fit(
     texts, labels = read_labelled(data, text_col, label_col)
     dev_pair = read_labelled(dev, text_col, label_col) if dev is not None else None
     clf = DynamicClassifier(
-        encoder=encoder, metric=metric, train=train, debias=debias, hard_fraction=hard_fraction,
+        encoder=encoder, metric=metric, train=train, debias=debias, head=_head_option(head), hard_fraction=hard_fraction,
         encoder_options=None if runtime is None else {"runtime": runtime}, hidden_size=hidden, num_layers=layers, dropout=dropout, max_len=max_len,
         episodes=episodes, lr=lr, n_support=n_support, n_query=n_query, eval_every=eval_every, patience=patience,
         time_budget_s=time_budget, seed=seed, device=device, progress=progress,
