@@ -394,6 +394,7 @@ def test_save_load_round_trip_identical(clf, clinc, tmp_path):
     assert loaded.get_params() == {**clf.get_params(), "device": "cpu"}
     # Label operations keep working after a load, and a second save is a second version.
     loaded.add_label("flip_coin", clinc["train"]["flip_coin"][:5])
+    loaded.refresh()
     loaded.save(path)
     again = DynamicClassifier.load(path)
     assert "flip_coin" in again.classes_ and again.version_ == 2
