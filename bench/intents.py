@@ -493,6 +493,47 @@ def fewshot(data, split, seed, specs, shots):
     return rows
 
 
+def latency(data, n_examples=10_000, n_ops=20, shots=5):
+    """``DynamicClassifier()`` (defaults, refresh_delay 1 s) fitted on `n_examples` training texts of
+    the intents not held out; then `n_ops` ``add_label`` calls of `shots` texts each (held-out intents,
+    embedded first so the timing is the label operation beyond embedding, plus one prediction with
+    the new label); then the background refresh: seconds from the last operation until no label is
+    imprinted, and the refresh's own training seconds."""
+    from dyntc import DynamicClassifier
+
+    rng = np.random.default_rng(7)
+    tr = data.train
+    held = rng.permutation(len(data.classes))[:n_ops]
+    pool = np.flatnonzero(~np.isin(tr.y, held))
+    idx = np.sort(rng.choice(pool, min(n_examples, len(pool)), replace=False))
+    t0 = time.perf_counter()
+    clf = DynamicClassifier().fit([tr.texts[i] for i in idx], [data.classes[tr.y[i]] for i in idx])
+    fit_s = time.perf_counter() - t0
+    fit_refresh_s = clf.head_status()["seconds"]
+    probe = data.test.texts[0]
+    add_ms, embed_ms = [], []
+    for c in held:
+        texts = [tr.texts[i] for i in np.flatnonzero(tr.y == c)[:shots]]
+        t0 = time.perf_counter()
+        clf.encode(texts + [probe])
+        t1 = time.perf_counter()
+        clf.add_label(data.classes[c], texts)
+        clf.decision_function([probe])
+        t2 = time.perf_counter()
+        embed_ms.append(1000 * (t1 - t0))
+        add_ms.append(1000 * (t2 - t1))
+    t_last = time.perf_counter()
+    imprinted = len(clf.head_status()["imprinted"])
+    clf.wait_for_refresh(120)
+    until_s = time.perf_counter() - t_last
+    status = clf.head_status()
+    return {"n_examples": int(len(idx)), "n_ops": int(n_ops), "fit_s": fit_s, "fit_refresh_s": fit_refresh_s,
+            "add_ms_median": float(np.median(add_ms)), "add_ms_max": float(np.max(add_ms)),
+            "embed_ms_median": float(np.median(embed_ms)), "imprinted_before": imprinted,
+            "background_until_trained_s": until_s, "background_refresh_s": status["seconds"],
+            "imprinted_after": len(status["imprinted"]), "stored_after": status["examples"]}
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -513,6 +554,16 @@ def ms2(values):
 def report(results, args):
     lines = []
     for ds, res in results.items():
+        if "latency" in res:
+            v = res["latency"][0]
+            lines.append(f"\n### {ds}, label-operation latency (DynamicClassifier() defaults)")
+            lines.append(f"fitted on {v['n_examples']} texts in {v['fit_s']:.1f} s (head trained in {v['fit_refresh_s']:.2f} s); "
+                         f"{v['n_ops']} add_label calls of 5 texts: median {v['add_ms_median']:.2f} ms, max "
+                         f"{v['add_ms_max']:.2f} ms beyond embedding (embedding: median {v['embed_ms_median']:.1f} ms); "
+                         f"{v['imprinted_before']} labels imprinted after them; background refresh: trained "
+                         f"{v['background_until_trained_s']:.2f} s after the last operation (1 s delay + "
+                         f"{v['background_refresh_s']:.2f} s training on {v['stored_after']} examples), "
+                         f"{v['imprinted_after']} imprinted after it")
         if "generalized" in res:
             runs = res["generalized"]
             lines.append(f"\n### {ds}, generalized ({args.split}): new = random third of intents, {args.new_shots}-shot; "
@@ -602,6 +653,8 @@ def main() -> None:
             t0 = time.perf_counter()
             if scen == "generalized":
                 res[scen] = [generalized(data, args.split, s, specs, args.new_shots, args.new_fraction) for s in seeds]
+            elif scen == "latency":
+                res[scen] = [latency(data)]
             elif scen == "full":
                 res[scen] = [full(data, args.split, specs)]
             elif scen.startswith("fewshot-"):

@@ -38,11 +38,13 @@ best-scored one and rejecting beyond a distance is rejecting below a top score.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -236,6 +238,7 @@ class Refresher:
     logged and kept in ``last_error``)."""
 
     def __init__(self, run: Callable[[Any], None], delay: float):
+        _REFRESHERS.add(self)
         self._run = run
         self.delay = delay
         self._cond = threading.Condition()
@@ -247,6 +250,8 @@ class Refresher:
 
     def schedule(self, labels: Any, delay: float | None = None) -> None:
         with self._cond:
+            if _CLOSING.is_set():
+                return
             self._pending = labels
             self._due = time.monotonic() + (self.delay if delay is None else delay)
             if self._thread is None:
@@ -259,6 +264,14 @@ class Refresher:
         """Whether a refresh is pending or running."""
         with self._cond:
             return self._thread is not None
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Drop the pending refresh and wait for a running one (at exit: a thread must not be inside
+        torch while the interpreter finalises)."""
+        with self._cond:
+            self._pending = None
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: self._thread is None, timeout)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until no refresh is pending or running (or `timeout` seconds); True if idle."""
@@ -287,3 +300,14 @@ class Refresher:
             finally:
                 with self._cond:
                     self.running = False
+
+
+_REFRESHERS: "weakref.WeakSet[Refresher]" = weakref.WeakSet()
+_CLOSING = threading.Event()
+
+
+@atexit.register
+def _close_all() -> None:
+    _CLOSING.set()
+    for refresher in list(_REFRESHERS):
+        refresher.close(timeout=60)
