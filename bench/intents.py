@@ -16,6 +16,14 @@ Scenarios, per dataset (``clinc150``, ``hwu64``):
   (+ oos_test). ``--split dev``: val and oos_val are cut in two halves (fixed seed): threshold on one,
   measured on the other; AUROC on all of val.
 
+- ``latency`` (only when named; CLINC150): ``DynamicClassifier()`` with its defaults fitted on 10,000
+  training texts, 20 ``add_label`` calls (milliseconds beyond embedding the examples), then the time
+  until its background refresh has trained every label.
+
+Approach ``product`` is the real ``DynamicClassifier()`` on the texts (its own encoder path and
+cache, the cosine head), ``product:head=none`` the same with ``head=None``; the others work on the
+cached embeddings.
+
 ``--split dev`` scores CLINC150's val split and HWU64's valid split (designs are chosen there);
 ``--split test`` the official test splits (reported figures only). Embeddings are computed once with
 the product's encoder path and cached under ``runs/intents_cache/``.
