@@ -48,6 +48,8 @@ def test_default_is_the_cosine_head_and_head_none_the_prototype_scorer():
     assert old.prior_temperature_ == pytest.approx(1 / 16)
     with pytest.raises(DyntcError, match="head=None"):
         old.refresh()
+    with pytest.raises(DyntcError, match="wait must be True or False"):
+        clf.refresh(wait="yes")
     assert "head=None" in repr(old) and "head" not in repr(clf)
 
 

@@ -362,6 +362,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         ``imprinted``: labels changed meanwhile); ``wait=False``: start the background refresh at once
         and return None. Label operations schedule it by themselves; this is for tests and batch jobs."""
         self._check_fitted()
+        if not isinstance(wait, bool):
+            raise DyntcError(f"wait must be True or False, got {wait!r}")
         if self.head is None:
             raise DyntcError("refresh() applies to the cosine head; this classifier has head=None")
         if not wait:
