@@ -198,10 +198,10 @@ def levels(url: str, tests: list[str], args) -> None:
 def mixed(url: str, model: Path, tests: list[str], args, env: dict) -> None:
     print(f"\n## Predictions beside writers: {args.predictors} predictors x one text, {args.pace_ms:g} ms apart, "
           f"{args.seconds:g} s per run\n")
-    print("| run | predicts | predict p50 / p99 / max ms | writes | write p50 / p99 / max ms | predict p99 / alone |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| run | predicts | predict p50 ms | p99 | max | writes | write p50 ms | p99 | max | predict p99 / alone |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     alone = Predictors(url, tests, args.predictors, args.pace_ms / 1000, args.seconds).run()
-    print(f"| predictors alone | {len(alone.latencies)} | {stats(alone.latencies)} | 0 | – | 1.00 |", flush=True)
+    print(f"| predictors alone | {len(alone.latencies)} | {stats(alone.latencies)} | 0 | {stats([])} | 1.00 |", flush=True)
 
     stop = threading.Event()
     http_writes: list[float] = []
@@ -241,7 +241,7 @@ def mixed(url: str, model: Path, tests: list[str], args, env: dict) -> None:
     ratio = p99(beside.latencies) / p99(alone.latencies)
     print(f"| beside HTTP writer | {len(beside.latencies)} | {stats(beside.latencies)} | {len(http_writes)} | "
           f"{stats(http_writes)} | {ratio:.2f} |")
-    print(f"| (same run) CLI writers, lock holder 1 s in 2 | | | {len(cli_writes)} | {stats(cli_writes)} | |")
+    print(f"| (same run) CLI writers, lock holder 1 s in 2 | | | | | {len(cli_writes)} | {stats(cli_writes)} | |")
     if failures or beside.errors or alone.errors:
         print(f"\nFAILURES: {len(failures)} writes, {beside.errors + alone.errors} predicts: {failures[:3]}")
     print("\n(CLI write latency is a whole `dyntc labels add-examples` process: start, load, embed, commit.)",
@@ -251,10 +251,10 @@ def mixed(url: str, model: Path, tests: list[str], args, env: dict) -> None:
 def maximal(url: str, tests: list[str], args, limits) -> None:
     print(f"\n## A one-text prediction beside maximal requests ({limits.max_batch} texts x {limits.max_text_chars} "
           f"characters)\n")
-    print("| run | predicts | predict p50 / p99 / max ms | maximal requests | their p50 / p99 / max ms | p99 / idle |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| run | predicts | predict p50 ms | p99 | max | maximal requests | their p50 ms | p99 | max | predict p99 / idle |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     idle = Predictors(url, tests, 1, args.pace_ms / 1000, args.seconds).run()
-    print(f"| idle | {len(idle.latencies)} | {stats(idle.latencies)} | 0 | – | 1.00 |", flush=True)
+    print(f"| idle | {len(idle.latencies)} | {stats(idle.latencies)} | 0 | {stats([])} | 1.00 |", flush=True)
     rng = np.random.default_rng(1)
     words = " ".join(tests).split()
     stop = threading.Event()

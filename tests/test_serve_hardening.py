@@ -137,6 +137,9 @@ def test_without_a_token_cross_site_writes_are_refused(open_server):
                                     headers={"Origin": "http://evil.example"})
     assert status == 403 and "evil.example" in body["error"]
     status, body = open_server.call("POST", "/labels", {"name": "evil", "examples": ["x"]}, token=None,
+                                    headers={"Origin": "null"})  # a sandboxed page
+    assert status == 403
+    status, body = open_server.call("POST", "/labels", {"name": "evil", "examples": ["x"]}, token=None,
                                     headers={"Sec-Fetch-Site": "cross-site"})
     assert status == 403
     # DNS rebinding: a page on evil.example resolving to 127.0.0.1 sends its own name as Host.

@@ -169,6 +169,7 @@ class Service:
             try:
                 with self.workers.take(chars):
                     op(new)  # embeds the new examples, before the store's write lock
+                with no_disk_cache():  # the lock wait holds no embedding worker
                     saving.commit_changes(self.store, new, log, "http")
             finally:
                 replay.stop(new)
@@ -398,7 +399,7 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
             return
         # No token (loopback only): refuse what a web page in a browser on this host could send.
         origin = request.headers.get("origin")
-        if origin is not None and origin != "null" and not is_loopback(urlsplit(origin).hostname or ""):
+        if origin is not None and not is_loopback(urlsplit(origin).hostname or ""):  # "null" too (sandboxed pages)
             raise HTTPError(403, f"a write from origin {origin[:80]!r} is refused: this service takes writes from "
                                  "local clients only (start it with --token-file to take writes from elsewhere)")
         if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
