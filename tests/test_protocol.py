@@ -18,7 +18,8 @@ from dyntc.protocol import ProtocolRun, accuracies, make_plan, model_view
 from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
-from dyntc.training import Encoded, machine_description
+from dyntc.inference import Encoded
+from dyntc.machine import machine_description
 
 ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
             "shortfall", "n_test", "n_test_new", "steps"}

@@ -5,12 +5,10 @@ every loop bounded."""
 import json
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from _server import TOKEN, Server

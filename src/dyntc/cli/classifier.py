@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
 
 from dyntc.errors import DyntcError
