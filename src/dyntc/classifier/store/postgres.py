@@ -45,6 +45,7 @@ DEFAULT_MODEL = "dyntc"
 _MODEL_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,49}$")
 MAX_IDLE = 4  # idle connections a process keeps per database
 CONNECT_TIMEOUT_S = 10
+PING_AFTER_S = 2.0  # a pooled connection idle longer than this is checked before use
 
 
 def parse_url(url: str) -> tuple[str, str, str]:
@@ -71,19 +72,28 @@ class _Pool:
 
     def __init__(self, conninfo: str, schema: str):
         self.conninfo, self.schema = conninfo, schema
-        self.idle: list[psycopg.Connection] = []
+        self.idle: list[tuple[psycopg.Connection, float]] = []
         self.lock = threading.Lock()
         self.pid = os.getpid()
 
     def get(self) -> psycopg.Connection:
-        with self.lock:
-            if self.pid != os.getpid():  # a forked child must not use its parent's sockets
-                self.idle, self.pid = [], os.getpid()
-            while self.idle:
-                conn = self.idle.pop()
-                if not conn.closed and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-                    return conn
+        while True:
+            with self.lock:
+                if self.pid != os.getpid():  # a forked child must not use its parent's sockets
+                    self.idle, self.pid = [], os.getpid()
+                if not self.idle:
+                    break
+                conn, since = self.idle.pop()
+            if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.close()
+                continue
+            if time.monotonic() - since > PING_AFTER_S:  # a server restarted meanwhile closed it
+                try:
+                    conn.execute("SELECT 1")
+                except psycopg.Error:
+                    conn.close()
+                    continue
+            return conn
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
         conn.execute(f'SET search_path TO "{self.schema}"')
         return conn
@@ -94,7 +104,7 @@ class _Pool:
             return
         with self.lock:
             if len(self.idle) < MAX_IDLE and self.pid == os.getpid():
-                self.idle.append(conn)
+                self.idle.append((conn, time.monotonic()))
                 return
         conn.close()
 
