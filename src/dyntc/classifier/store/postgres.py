@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -87,14 +88,18 @@ class _Pool:
             if conn.closed or conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.close()
                 continue
-            if time.monotonic() - since > PING_AFTER_S:  # a server restarted meanwhile closed it
+            # A connection that idled a while, or has something to read (an idle connection is only sent
+            # something when the server ends it), is checked before use: a server restarted or a
+            # connection terminated meanwhile must not fail the next operation.
+            if time.monotonic() - since > PING_AFTER_S or select.select([conn.fileno()], [], [], 0)[0]:
                 try:
                     conn.execute("SELECT 1")
                 except psycopg.Error:
                     conn.close()
                     continue
             return conn
-        conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                               application_name="dyntc")
         conn.execute(f'SET search_path TO "{self.schema}"')
         return conn
 
@@ -234,7 +239,9 @@ class PostgresDialect:
 
     def error(self, exc: Exception) -> DyntcError:
         """The user-facing error for a PostgreSQL failure: what happened and what to do."""
+        original = exc
         state = getattr(exc, "sqlstate", None) or ""
+        exc = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # the message, without CONTEXT lines
         if state == "53100":  # disk_full
             return StoreFullError(f"the disk of the database server holding {self.where} is full ({exc}): nothing "
                                   "was committed, the store still holds its previous version; free some space (or "
@@ -245,9 +252,9 @@ class PostgresDialect:
         if state in ("3F000", "42P01"):  # the schema or a table is gone
             return StoreUnavailableError(f"the store {self.where} is gone or unreadable ({exc}): nothing was "
                                          "committed; its tables were dropped")
-        if isinstance(exc, psycopg.OperationalError) or state[:2] in ("08", "53", "57", "58"):
+        if isinstance(original, psycopg.OperationalError) or state[:2] in ("08", "53", "57", "58"):
             return StoreUnavailableError(f"the store {self.where} is gone or unreadable (the database server cannot "
-                                         f"be reached or gave up: {str(exc).strip()}): nothing was committed; check "
+                                         f"be reached or gave up: {exc}): nothing was committed; check "
                                          "that the server is up and reachable")
         if state in ("42501", "25006"):
             return DyntcError(f"{self.where} is read-only for this user ({exc}): nothing was committed; grant "
@@ -290,7 +297,8 @@ class PostgresDialect:
 
         while not stop.is_set():
             try:
-                conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+                conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
+                                       application_name="dyntc-follower")
             except psycopg.Error:
                 changed()
                 stop.wait(POLL_S)
