@@ -94,7 +94,7 @@ class Replica:
 
 
 def visible(replicas: list[Replica], model: str, env: dict, writes: int) -> None:
-    delays, acks = [], []
+    delays, acks, cli = [], [], []
     for k in range(writes):
         name = f"visible_{k}"
         t0 = time.perf_counter()
@@ -110,15 +110,17 @@ def visible(replicas: list[Replica], model: str, env: dict, writes: int) -> None
             assert status == 201, body
             version = body["version"]
         acked = time.perf_counter()
-        acks.append(acked - t0)
+        (cli if k % 5 == 4 else acks).append(acked - t0)
         while not all(r.serving() >= version for r in replicas):
             if time.perf_counter() - acked > 10:
                 raise RuntimeError(f"version {version} not served everywhere after 10 s")
             time.sleep(0.005)
         delays.append(time.perf_counter() - acked)
+    print("| measure | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|")
     print(f"| write acknowledged -> served by all {len(replicas)} replicas ({writes} writes, 1 in 5 by the CLI) | "
           f"{ms(delays)} |")
-    print(f"| the write itself (HTTP, or a whole CLI process) | {ms(acks)} |", flush=True)
+    print(f"| an HTTP write (POST /labels) until acknowledged | {ms(acks)} |")
+    print(f"| a `dyntc labels add` process, start to exit | {ms(cli)} |\n", flush=True)
 
 
 def throughput(targets: list[Replica], texts: list[str], clients: int, batch: int, seconds: float) -> float:
@@ -180,6 +182,7 @@ def lost(replicas: list[Replica], model: str, seconds: float) -> None:
     clf = DynamicClassifier.load(model)
     missing = set(acknowledged) - set(clf.classes_)
     whole = all(clf.support_counts()[n] == 2 for n in acknowledged if n in clf.support_counts())
+    print("| writers on every replica, one killed | result |\n|---|---|")
     print(f"| lost writes: {len(acknowledged)} acknowledged by {len(replicas)} replicas (2 writers each, "
           f"{seconds:g} s, replica 2 killed with SIGKILL at {seconds / 3:.0f} s; {errors[0]} writes failed "
           f"unacknowledged) | {len(missing)} lost, every label whole: {whole} |", flush=True)
@@ -228,17 +231,15 @@ def main() -> None:
     workers = os.cpu_count() or 1
     replicas = [Replica(model, env, workers) for _ in range(args.replicas)]
     try:
-        print("| measure | p50 ms | p99 ms | max ms |" if "visible" in phases else "| measure | result |")
-        print("|---|---:|---:|---:|" if "visible" in phases else "|---|---|")
         if "visible" in phases:
             visible(replicas, model, env, args.writes)
         if "throughput" in phases:
             call(replicas[0].url, "POST", "/predict", {"texts": tests[:8]})
             one = throughput(replicas[:1], tests, args.clients, args.batch, args.seconds)
             every = throughput(replicas, tests, args.clients, args.batch, args.seconds)
-            print(f"| predict throughput, {args.clients} clients x {args.batch} texts, {args.seconds:g} s: "
-                  f"1 replica / {len(replicas)} replicas (texts/s) | {one:.0f} | {every:.0f} | x{every / one:.2f} |",
-                  flush=True)
+            print(f"| predict throughput ({args.clients} clients x {args.batch} texts, {args.seconds:g} s) | "
+                  "1 replica | {n} replicas | ratio |\n|---|---:|---:|---:|".replace("{n}", str(len(replicas))))
+            print(f"| texts/s | {one:.0f} | {every:.0f} | x{every / one:.2f} |\n", flush=True)
         if "lost" in phases:
             lost(replicas, model, args.seconds)
     finally:
