@@ -268,8 +268,11 @@ class PostgresDialect:
         """Connecting and the query are the check."""
 
     def size_bytes(self, db: _Connection) -> int:
+        # the tables' data, their indexes and TOAST; not the free-space and visibility maps that
+        # VACUUM adds (they would make a prune look as if it grew the store)
         return int(db.execute(
-            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "SELECT COALESCE(SUM(pg_relation_size(c.oid) + pg_indexes_size(c.oid) + CASE WHEN c.reltoastrelid <> 0 "
+            "THEN pg_relation_size(c.reltoastrelid) ELSE 0 END), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ? AND c.relkind = 'r'",
             (self.schema,)).fetchone()[0])
 
