@@ -84,13 +84,15 @@ import numpy as np
 import torch
 
 from dyntc import __version__
+from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError,
+                                           StoreUnavailableError, store_file)
 from dyntc.errors import DyntcError, is_int
+
+__all__ = ["LOCK_TIMEOUT_S", "POLL_S", "STORE_FILE", "STORE_FORMAT", "ModelStore", "Snapshot", "StoreFullError",
+           "StoreUnavailableError", "Transaction", "copy_store", "is_store", "is_url", "store_file"]
 
 STORE_FORMAT = 3  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table
 UPGRADABLE_FORMATS = (2,)  # upgraded in place by ModelStore.open
-STORE_FILE = "dyntc.sqlite"
-LOCK_TIMEOUT_S = 60.0  # how long a writer waits for another writer before failing loudly
-POLL_S = 0.5  # how often a follower asks for the head when it cannot be told (SQLite; a lost listener)
 
 # {int} and {blob} are the dialect's column types
 _SCHEMA = [
@@ -128,15 +130,6 @@ TABLES = {
     "names": "id, label, name, added, removed",
     "members": "id, label, content, part, pos, added, removed",
 }
-
-
-class StoreFullError(DyntcError):
-    """The disk (or the store's size limit) is full: the write was rolled back, nothing was committed."""
-
-
-class StoreUnavailableError(DyntcError):
-    """The store cannot be reached or read (a file deleted, moved, unmounted or unreadable; a database
-    server down or unreachable; a model's tables dropped)."""
 
 
 class Dialect(Protocol):
@@ -231,10 +224,6 @@ def _points_tensor(blobs: Sequence[bytes], dim: int) -> torch.Tensor:
     if not blobs:
         return torch.zeros(0, dim)
     return torch.from_numpy(np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy())
-
-
-def store_file(path: str | Path) -> Path:
-    return Path(path) / STORE_FILE
 
 
 def is_store(location: str | Path) -> bool:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from dyntc.classifier.store import LOCK_TIMEOUT_S, POLL_S, StoreFullError, StoreUnavailableError
+from dyntc.classifier.store.common import LOCK_TIMEOUT_S, POLL_S, StoreFullError, StoreUnavailableError
 from dyntc.errors import DyntcError
 
 try:
