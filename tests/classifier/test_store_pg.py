@@ -1,4 +1,4 @@
-"""The store over PostgreSQL, beyond the tests both backends share (tests/test_store.py): migration
+"""The store over PostgreSQL, beyond the tests both backends share (tests/classifier/test_store.py): migration
 both ways with ``dyntc labels copy``, several models in one database, URLs, a full disk, a lost
 connection or dropped tables, the writers' lock across processes, and followers told of commits
 (LISTEN/NOTIFY) or polling when their listener is cut. Against a real, throwaway server
