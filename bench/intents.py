@@ -643,7 +643,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from bench._intents_data import load_data
-    from dyntc.training import machine_description
+    from dyntc.machine import machine_description
 
     t_start = time.perf_counter()
     specs = [s for s in args.approaches.split(";") if s]

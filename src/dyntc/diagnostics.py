@@ -26,7 +26,7 @@ import torch
 from dyntc.encoders.base import eval_mode
 from dyntc.geometry import Metric
 from dyntc.models import PrototypicalNetwork
-from dyntc.training import Encoded, embed_points
+from dyntc.inference import Encoded, embed_points
 
 
 def _summary(values: torch.Tensor) -> dict[str, float]:

@@ -58,7 +58,7 @@ class MetricSpace:
 
     def embed(self, texts: Sequence[str], items: list | None = None) -> torch.Tensor:
         """Points of `texts` (or of their already featurized `items`): ``(n, dim)`` float32, CPU."""
-        from dyntc.training import embed_points
+        from dyntc.inference import embed_points
 
         if not texts:
             return torch.zeros(0, self.dim)

@@ -195,7 +195,7 @@ class ParamsMixin:
 
     @staticmethod
     def _check_device(device: Any):
-        from dyntc.training import check_device
+        from dyntc.machine import check_device
 
         return check_device(device, "device")
 

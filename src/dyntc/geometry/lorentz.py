@@ -30,7 +30,6 @@ All functions broadcast over leading dimensions. Points are ``(..., d+1)``.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import warnings
 

@@ -11,7 +11,9 @@ import torch
 
 from dyntc.errors import DyntcError
 from dyntc.models import KNNProbe, PrototypicalNetwork
-from dyntc.training import Encoded, TrainResult, embed, embed_points
+from dyntc.encoders.base import embed
+from dyntc.training import TrainResult
+from dyntc.inference import Encoded, embed_points
 
 
 @torch.no_grad()
