@@ -2,6 +2,7 @@
 hand, label operations during a background refresh, readers during refreshes, copies, saving, bad
 options. All on the hashing encoder (no download)."""
 
+import math
 import threading
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from dyntc import DynamicClassifier, DyntcError
 from dyntc.classifier import live_head
 from dyntc.classifier.calibration import Calibration
+from dyntc.classifier.labels import LabelSet
 
 TEXTS = ["book a flight to paris", "flight to rome please", "fly me to berlin tomorrow", "cheap flights to oslo",
          "what is the weather", "is it raining today", "weather forecast for tomorrow", "will it snow tonight",
@@ -95,6 +97,42 @@ def test_scores_by_hand_untrained_trained_imprinted_merged_and_distances():
     np.testing.assert_allclose(clf.decision_function(QUERIES)[:, col], 16 * (x @ parts.T).max(1), atol=1e-5)
     clf.refresh()
     assert clf.head_status()["imprinted"] == [] and clf.labels_.head.rows(clf.labels_.support("misc")).shape[0] == 2
+
+
+def test_scores_by_hand_on_a_tiny_label_set():
+    """Unit vectors e1, e2, e3: trained weights set by hand, an imprinted label with the offset, a
+    merged label scoring its best part, and the distances the scores stand for."""
+    clf = _fit(head_options={"refresh_delay": 3600})
+    dim = clf.space_.dim
+    e = torch.eye(dim)[:4]
+    groups = {"a": (["a1", "a2"], torch.stack([e[0], e[0]])),
+              "b": (["b1", "b2"], torch.stack([e[1], e[2]])),
+              "m": (["m1", "m2"], torch.stack([e[3], e[1]]), [0, 1])}  # a merged label: parts e4, e2
+    labels = LabelSet.from_groups(clf.space_, groups, debias=True)
+    support = dict(labels.items())
+    w_a = np.zeros((1, dim), np.float32)
+    w_a[0, :2] = [0.6, 0.8]  # a's trained weight
+    w_b = np.zeros((1, dim), np.float32)
+    w_b[0, 1] = 1.0  # b's trained weight: e2
+    labels.head = live_head.Trained(((support["a"], w_a), (support["b"], w_b)), 16.0, 0.125, {})
+    clf._labels = labels
+    config = live_head.head_config(clf.head_options)[0]
+    v = clf._head_view(labels)
+    assert v.classes == ("a", "b", "m") and v.imprinted == ("m",)
+    q = torch.stack([e[1], (e[0] + e[3]) / math.sqrt(2)])
+    s = live_head.scores(v, labels, q, config).numpy()
+    # q1 = e2: a 16·0.8 = 12.8; b 16·1 = 16; m (imprinted, offset 0.125): parts e4, e2 -> 16·(1 − 0.125) = 14
+    # q2 = (e1 + e4)/√2: a 16·0.6/√2; b 0; m: 16·(1/√2 − 0.125)
+    r = 1 / math.sqrt(2)
+    np.testing.assert_allclose(s, [[12.8, 16.0, 14.0], [16 * 0.6 * r, 0.0, 16 * (r - 0.125)]], atol=1e-5)
+    # distances: d² = 2 − 2 s/16; q1's nearest is b at 0
+    np.testing.assert_allclose(clf.squared_distances(s).numpy(), 2 - 2 * s / 16, atol=1e-12)
+    assert [label for label, _ in clf.nearest_labels(clf.squared_distances(s), 3)[0]] == ["b", "m", "a"]
+    # b renamed keeps its support object, so its trained weight; b given an example loses it
+    labels.rename_label("b", "c")
+    assert clf._head_view(labels).imprinted == ("m",)
+    labels.add_examples("c", ["one more example"])
+    assert clf._head_view(labels).imprinted == ("c", "m")
 
 
 def test_prototype_score_option_adds_the_product_distance():
