@@ -264,7 +264,7 @@ class Cache(Approach):
 
 
 class Product(Approach):
-    """``product[:head=none]``: the real ``DynamicClassifier()`` end to end, on the texts: ``fit`` (frozen
+    """``product[:head=none,metric=hyperbolic]``: the real ``DynamicClassifier()`` end to end, on the texts: ``fit`` (frozen
     MiniLM; the cosine head trained synchronously), ``add_label`` per new intent, ``refresh(wait=True)``
     (what the background refresh does a second after the last label operation), ``decision_function``.
     ``refresh_delay`` is set to one hour so that the ``now`` state is measured before the background
@@ -278,6 +278,7 @@ class Product(Approach):
         if head not in ("cosine", "none"):
             raise SystemExit(f"product option head must be cosine or none, got {head!r}")
         self.head = None if head == "none" else head
+        self.metric = opts.get("metric", "euclidean")
         self.clf = None
         self.embed_ms: list[float] = []
 
@@ -289,7 +290,8 @@ class Product(Approach):
         from dyntc import DynamicClassifier
 
         options = None if self.head is None else {"refresh_delay": 3600.0}
-        self.clf = DynamicClassifier(head=self.head, head_options=options).fit(texts, [self.name(c) for c in y])
+        self.clf = DynamicClassifier(metric=self.metric, head=self.head, head_options=options).fit(
+            texts, [self.name(c) for c in y])
         self.support = {int(c): np.zeros(int((y == c).sum())) for c in np.unique(y)}  # counts only
         self._status()
 
