@@ -279,6 +279,16 @@ class Refresher:
             return self._cond.wait_for(lambda: self._thread is None, timeout)
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        finally:  # however it ends, a later schedule() starts a new thread
+            with self._cond:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+                    self.running = False
+                self._cond.notify_all()
+
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 while True:
