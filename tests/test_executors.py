@@ -87,7 +87,8 @@ def test_executor_options_are_checked(small_sent, tmp_path):
 def ray_cluster():
     if ray is None:
         pytest.skip("Ray is not installed: pip install 'dyntc[ray]'")
-    ray.init(num_cpus=2, include_dashboard=False)  # the executor uses it (and leaves it running)
+    # a new local cluster of 2 CPUs (not one a `ray start` may have left on this machine); the executor uses it
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield ray
     ray.shutdown()
 
@@ -110,6 +111,11 @@ def _same_results(a: dict, b: dict) -> None:
 @needs_ray
 def test_ray_gives_the_cells_of_one_job_and_a_second_run_does_nothing(ray_cluster, sequential, small_sent, tmp_path, monkeypatch):
     out, one_job = sequential
+    received = []  # the files the tasks sent (stage snapshots at every progress report here)
+    merge = executors.ProtocolRun.merge_output
+    monkeypatch.setattr(executors.ProtocolRun, "merge_output",
+                        lambda self, output, source: (received.extend(output.get("files") or {}), merge(self, output, source))[1])
+    monkeypatch.setattr(executors.RayExecutor, "snapshot_every_s", 0.0)
     results = run_tiny(small_sent, tmp_path, executor="ray")
     assert results["finished"] and results["executor"] == "ray" and results["jobs"] == 2  # 2 CPUs, 1 thread per unit
     _same_results(one_job, results)
@@ -120,7 +126,8 @@ def test_ray_gives_the_cells_of_one_job_and_a_second_run_does_nothing(ray_cluste
             assert (tmp_path / "checkpoints" / "split0" / f"{model}{ext}").is_file()
         assert ((tmp_path / "checkpoints" / "split0" / f"{model}.safetensors").read_bytes()
                 == (out / "checkpoints" / "split0" / f"{model}.safetensors").read_bytes())
-    assert not list(tmp_path.rglob("*.partial.pt"))
+    assert any(name.endswith(".partial.pt") for name in received)  # running stages' snapshots came too ...
+    assert not list(tmp_path.rglob("*.partial.pt"))  # ... and went with their stages' ends, as in a local run
     assert (tmp_path / "tables.md").is_file()
 
     def no_tasks(self, *args):
@@ -178,3 +185,53 @@ def test_unit_files_are_the_units_own(tmp_path):
     assert files == {f"checkpoints/split1/{n}": n.encode() for n in
                      ("euc.safetensors", "euc.json", "euc-fine-tuned-5.partial.pt", "euc-pretrain.partial.pt")}
     assert executors.unit_files(tmp_path, Unit(0, "euc", [])) == {}
+
+
+@needs_ray
+def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cluster, sequential, small_sent, tmp_path,
+                                                                          monkeypatch):
+    """Stopped during EUC's pretraining in a local run, the stage's snapshot is sent with the unit: the
+    Ray task goes on from its step 10 (half the stage's work) and ends with the uninterrupted run's
+    cells; the snapshot is then gone from the driver's run directory."""
+    import dataclasses
+
+    import dyntc.protocol.run as protocol_run
+    from dyntc import runner
+
+    real = protocol_run.train_prototypical
+    calls = []
+
+    def stopped_mid_stage(model, train, dev, cfg, *args, **kwargs):
+        calls.append(cfg.snapshot)
+        if len(calls) == 1:  # tiny pretraining: 20 episodes, a dev evaluation (and snapshot) every 10
+            steps = [0]
+
+            def kill_at_15(_n):
+                steps[0] += 1
+                if steps[0] == 15:
+                    raise KeyboardInterrupt("simulated kill")
+
+            cfg = dataclasses.replace(cfg, on_work=kill_at_15)
+        return real(model, train, dev, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(protocol_run, "train_prototypical", stopped_mid_stage)
+    with pytest.raises(KeyboardInterrupt):
+        run_tiny(small_sent, tmp_path, models="euc", variants="un-tuned")
+    snapshot = tmp_path / "checkpoints" / "split0" / "euc-pretrain.partial.pt"
+    assert torch.load(snapshot, weights_only=True)["step"] == 10
+    monkeypatch.setattr(protocol_run, "train_prototypical", real)
+    work, planned = {}, {}
+    report = runner.Progress.report
+
+    def counted(self, stage, n, finished):
+        work[stage], planned[stage] = work.get(stage, 0) + n, self.costs[stage]
+        return report(self, stage, n, finished)
+
+    monkeypatch.setattr(runner.Progress, "report", counted)
+    resumed = run_tiny(small_sent, tmp_path, models="euc", variants="un-tuned", executor="ray")
+    expected = [r for r in sequential[1]["rows"] if r["model"] == "euc" and r["variant"] == "un-tuned"]
+    assert [_without_timings(r) for r in resumed["rows"]] == [_without_timings(r) for r in expected]
+    assert resumed["pretraining"]["0"]["euc"]["history"] == sequential[1]["pretraining"]["0"]["euc"]["history"]
+    pretraining = (0, "pretrain", "euc")
+    assert 0 < work[pretraining] <= planned[pretraining] / 2  # episodes 11 to 20 of 20 (without the snapshot: all 20)
+    assert not snapshot.exists()

@@ -296,11 +296,13 @@ class _Cancelled(BaseException):
 
 
 def _remote_unit(plan: RunPlan, header: dict, unit: Unit, files: dict[str, bytes], data, embeddings: bytes | None,
-                 threads: int) -> Iterator[tuple]:
+                 threads: int, snapshot_every: float) -> Iterator[tuple]:
     """A Ray task (a streaming generator): `unit` in a temporary run directory holding the driver's
     results header and the unit's `files`; yields ``("hello", ...)``, then the unit's events as they
-    come: ``("log", line)``, ``("work", ...)``, ``("output", {...})`` (new rows, records, weights files;
-    see :meth:`ProtocolRun.merge_output`), and at last ``("done", wall, cpu)`` or ``("error", ...)``."""
+    come: ``("log", line)``, ``("work", ...)``, ``("output", {...})`` (new rows, records, the files it
+    wrote under ``checkpoints/``: see :meth:`ProtocolRun.merge_output`), and at last ``("done", wall,
+    cpu)`` or ``("error", ...)``. Stage snapshots go to the driver at most every `snapshot_every`
+    seconds, so that a run stopped mid-stage resumes it from there, on any machine."""
     import json
 
     _set_threads(threads)
@@ -319,27 +321,46 @@ def _remote_unit(plan: RunPlan, header: dict, unit: Unit, files: dict[str, bytes
             path = Path(tmp) / "embeddings.txt"
             path.write_bytes(embeddings)
             plan = replace(plan, embeddings=str(path))
-        weights = [out / "checkpoints" / f"split{unit.split}" / f"{unit.model}{ext}" for ext in (".safetensors", ".json")]
-        state = {"rows": set(), "record": None, "split_info": None, "vocabulary": None,
-                 "files": {p: _stat(p) for p in weights}}
+        folder = out / "checkpoints" / f"split{unit.split}"
+
+        def unit_paths() -> list[Path]:
+            return [folder / f"{unit.model}.safetensors", folder / f"{unit.model}.json",
+                    *sorted(folder.glob(f"{unit.model}-*.partial.pt"))]
+
+        seen = {path: _stat(path) for path in unit_paths()}
+        state: dict[str, Any] = {"rows": set(), "record": None, "split_info": None, "vocabulary": None,
+                                 "synced": time.perf_counter()}
+
+        def changed_files() -> dict[str, bytes]:
+            """The unit's files under checkpoints/ written since they were last sent (all atomically
+            replaced, so each is read whole)."""
+            changed = {}
+            for path in unit_paths():
+                stat = _stat(path)
+                if stat is not None and stat != seen.get(path):
+                    seen[path] = stat
+                    changed[path.relative_to(out).as_posix()] = path.read_bytes()
+            state["synced"] = time.perf_counter()
+            return changed
 
         def check() -> None:
             if stop.is_set():
                 raise _Cancelled()
+            if time.perf_counter() - state["synced"] >= snapshot_every:
+                changed = changed_files()
+                if changed:
+                    messages.put(("output", {"files": changed}))
 
         def send_output(run: ProtocolRun) -> None:
-            """What changed since the last send: new rows, the unit's pretraining record, the split's
-            info, the vocabulary, the pretrained weights written (weights before the record that names them)."""
+            """What changed since the last send: files written (weights before the record that names
+            them), new rows, the unit's pretraining record, the split's info, the vocabulary."""
             results, s = run.results, str(unit.split)
-            output: dict[str, Any] = {"files": {}}
-            for path in weights:
-                if path.is_file() and _stat(path) != state["files"][path]:
-                    state["files"][path] = _stat(path)
-                    output["files"][path.relative_to(out).as_posix()] = path.read_bytes()
+            output: dict[str, Any] = {"files": changed_files()}
             rows = [r for r in results["rows"] if cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) not in state["rows"]
                     and (r["split"], r["model"]) == (unit.split, unit.model)]
             state["rows"] |= {cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) for r in rows}
-            output["rows"] = rows
+            if rows:
+                output["rows"] = rows
             record = (results.get("pretraining") or {}).get(s, {}).get(unit.model)
             if record is not None and record != state["record"]:
                 state["record"] = record
@@ -350,7 +371,7 @@ def _remote_unit(plan: RunPlan, header: dict, unit: Unit, files: dict[str, bytes
                 output["split_info"] = {s: split_info}
             if results.get("vocabulary") is not None and results["vocabulary"] != state["vocabulary"]:
                 state["vocabulary"] = output["vocabulary"] = results["vocabulary"]
-            if output["files"] or len(output) > 2 or rows:
+            if output["files"] or len(output) > 1:
                 messages.put(("output", output))
 
         def work() -> None:
@@ -400,6 +421,7 @@ class RayExecutor(Executor):
     tasks; checkpoints and cells come back to the driver, which alone writes the run directory."""
 
     name = "ray"
+    snapshot_every_s = 30.0  # a running stage's snapshot goes to the driver at most this often
 
     def __init__(self, threads: int = 1, address: str | None = None):
         self.ray = _import_ray()
@@ -458,7 +480,7 @@ class RayExecutor(Executor):
         for unit in units:
             # no retries: a unit whose worker died is named, and a rerun resumes it
             ref = task.options(num_cpus=self.threads, num_gpus=1 if cuda else 0, max_retries=0, name=f"dyntc {unit.name}").remote(
-                plan, header, unit, unit_files(run.out, unit), data, embeddings, self.threads)
+                plan, header, unit, unit_files(run.out, unit), data, embeddings, self.threads, self.snapshot_every_s)
             pending[ref] = unit
         hosts: dict[str, str] = {}
         try:

@@ -125,16 +125,19 @@ class ProtocolRun:
 
     def merge_output(self, output: dict, source: str) -> None:
         """A unit's results made elsewhere (a Ray task, :mod:`dyntc.protocol.executors`) into this run:
-        the files it wrote under ``checkpoints/`` (pretrained weights; written atomically), its vocabulary
-        digest (checked against the run's, as a local process's is), the split's info, its pretraining
-        record and its new rows, then saved through the same merge as this process's own cells
-        (:meth:`save`). The snapshots of the stages it finished are removed, as a local unit removes them."""
+        the files it wrote under ``checkpoints/`` (pretrained weights, snapshots of running stages;
+        written atomically), its vocabulary digest (checked against the run's, as a local process's
+        is), the split's info, its pretraining record and its new rows, then saved through the same
+        merge as this process's own cells (:meth:`save`). The snapshots of the stages it finished are
+        removed, as a local unit removes them."""
         for rel, content in (output.get("files") or {}).items():
             path = (self.out / rel).resolve()
             if not path.is_relative_to((self.out / "checkpoints").resolve()):
                 raise DyntcError(f"{source} sent a file outside the run's checkpoints/: {rel!r}")
             with atomic_write(path) as tmp:
                 tmp.write_bytes(content)
+        if not set(output) - {"files"}:  # a running stage's snapshot: nothing for results.json yet
+            return
         if output.get("vocabulary") is not None:
             self.file.check_vocabulary(output["vocabulary"], f"the word vectors on {source}")
         for s, info in (output.get("split_info") or {}).items():
