@@ -235,3 +235,15 @@ def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cl
     pretraining = (0, "pretrain", "euc")
     assert 0 < work[pretraining] <= planned[pretraining] / 2  # episodes 11 to 20 of 20 (without the snapshot: all 20)
     assert not snapshot.exists()
+
+
+@needs_ray
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a cluster without GPUs")
+def test_cuda_units_need_a_gpu_node(ray_cluster, small_sent, tmp_path):
+    """The driver needs no GPU of its own for --device cuda on a cluster; one without a GPU is refused."""
+    with pytest.raises(DyntcError, match=r"no node of the Ray cluster can run a unit: each needs 1 CPU\(s\) and a GPU"):
+        run_tiny(small_sent, tmp_path, executor="ray", device="cuda")
+    with pytest.raises(DyntcError, match="give --device cuda"):
+        run_tiny(small_sent, tmp_path, executor="ray", device="cuda:1")
+    with pytest.raises(DyntcError, match="no CUDA device is available"):  # the local executor's units run here
+        run_tiny(small_sent, tmp_path, device="cuda")

@@ -271,9 +271,10 @@ def reproduce(
     if threads is not None:
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
+    device_here = runner.runs_here or tune  # --tune trains here, before the units
     plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                      p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine,
-                     embeddings=embeddings, only_splits=only_splits)
+                     embeddings=embeddings, only_splits=only_splits, device_here=device_here)
     redone = parse_names(redo, ALL_MODELS, "--redo model(s)") or ()
     if redone and force:
         raise DyntcError("--force discards every model's results already: give --force or --redo, not both")
@@ -293,7 +294,7 @@ def reproduce(
         prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
         plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                          p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
-                         only_splits=only_splits)
+                         only_splits=only_splits, device_here=device_here)
     run = ProtocolRun(dataset, plan, Path(out), force=force, redo=redone, progress=progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning

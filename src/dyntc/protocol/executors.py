@@ -56,6 +56,7 @@ class Executor:
     """Runs a run's units. Use as ``with executor:``; then :meth:`slots`, then :meth:`run`."""
 
     name = "?"
+    runs_here = True  # the units run on this machine (so its --device must exist here)
 
     def header(self, slots: int | None = None) -> dict[str, Any]:
         """Run-level fields for ``results.json``: how this invocation runs its units (`slots` at once,
@@ -421,6 +422,7 @@ class RayExecutor(Executor):
     tasks; checkpoints and cells come back to the driver, which alone writes the run directory."""
 
     name = "ray"
+    runs_here = False
     snapshot_every_s = 30.0  # a running stage's snapshot goes to the driver at most this often
 
     def __init__(self, threads: int = 1, address: str | None = None):
@@ -438,7 +440,8 @@ class RayExecutor(Executor):
                 ray.init(address=self.address, include_dashboard=False if self.address is None else None)
             except Exception as exc:  # noqa: BLE001 - connection errors of many kinds
                 where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
-                raise DyntcError(f"cannot connect to {where}: {type(exc).__name__}: {exc}") from exc
+                raise DyntcError(f"cannot connect to {where}: {type(exc).__name__}: {exc} (a cluster with token "
+                                 f"authentication needs RAY_AUTH_MODE=token and its token here: docs/cluster.md)") from exc
             self._started = True
         return self
 
@@ -496,10 +499,13 @@ class RayExecutor(Executor):
                             continue
                         except ray.exceptions.RayError as exc:
                             where = f" on {hosts[unit.name]}" if unit.name in hosts else ""
+                            text = str(exc)
+                            hint = ("; is the same dyntc installed on every node? (docs/cluster.md)"
+                                    if "failed to import" in text or "ModuleNotFoundError" in text else "")
                             raise RuntimeError(
-                                f"work unit {unit.name} failed on the Ray cluster{where}: {type(exc).__name__} (finished cells "
-                                f"are kept in {run.results_path}; rerun to resume)\n\nRemote error (last lines):\n"
-                                f"{_last_lines(str(exc))}") from None
+                                f"work unit {unit.name} failed on the Ray cluster{where}: {type(exc).__name__}{hint} (finished "
+                                f"cells are kept in {run.results_path}; rerun to resume)\n\nRemote error (last lines):\n"
+                                f"{_last_lines(text)}") from None
                         self._handle(run, unit, message, hosts, events)
         finally:
             for gen in pending:  # on an error or Ctrl-C: stop the other units (their finished cells are saved)
