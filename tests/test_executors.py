@@ -80,6 +80,12 @@ def test_executor_options_are_checked(small_sent, tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+@needs_ray
+def test_an_address_where_nothing_answers_is_refused_at_once(small_sent, tmp_path):
+    with pytest.raises(DyntcError, match=r"nothing answers at the Ray cluster address 127.0.0.1:9 \(.*\): start the cluster's head"):
+        run_tiny(small_sent, tmp_path, executor="ray", address="127.0.0.1:9")
+
+
 # ---- on a local Ray cluster ------------------------------------------------------------------------
 
 

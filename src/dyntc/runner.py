@@ -246,8 +246,8 @@ def reproduce(
 
     `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
     run at once, each in its own process (1: in this process). ``executor="ray"`` runs the units as
-    tasks on the Ray cluster at `address` instead (default: ``RAY_ADDRESS``, a cluster started on this
-    machine, else a local instance for the run): see :class:`dyntc.protocol.executors.RayExecutor`. `threads` sets ``torch.set_num_threads``
+    tasks on the Ray cluster at `address` instead (default: ``RAY_ADDRESS``, else a local instance for
+    the run): see :class:`dyntc.protocol.executors.RayExecutor`. `threads` sets ``torch.set_num_threads``
     in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
     threads are much slower on a busy machine). With ``device="cuda"`` the `jobs` processes share the
     GPU: one SRU unit keeps it far from busy (its time goes to kernel launches), so several run at

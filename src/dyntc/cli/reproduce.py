@@ -35,8 +35,9 @@ def reproduce(
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     executor: Annotated[str, typer.Option(help="local (this machine: --jobs processes) | ray (each unit a task on a Ray cluster; "
                                                 "needs pip install 'dyntc[ray]'; see docs/cluster.md)")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster's address, e.g. HEAD_IP:6379 "
-                                                        "(default: RAY_ADDRESS, a cluster started on this machine, else a local one)")] = None,
+    address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster's address, e.g. HEAD_IP:6379, or auto "
+                                                        "(the cluster `ray start` began on this machine); default: RAY_ADDRESS, "
+                                                        "else a local Ray instance for the run")] = None,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
     redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells in OUT "
                                                      "are discarded where their settings changed (e.g. hyp's), instead of refusing the run "

@@ -406,6 +406,18 @@ def _remote_unit(plan: RunPlan, header: dict, unit: Unit, files: dict[str, bytes
             thread.join()
 
 
+def _check_reachable(address: str, timeout: float = 10.0) -> None:
+    """A HOST:PORT address must answer: Ray itself would retry a dead one for many minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # "auto", "local", a ray:// address: Ray's own rules
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise DyntcError(f"nothing answers at the Ray cluster address {address} ({exc.strerror or exc}): start the "
+                         f"cluster's head there (ray start --head) or give the address it printed; docs/cluster.md") from None
+
+
 def _stat(path: Path) -> tuple[int, int] | None:
     try:
         st = path.stat()
@@ -416,10 +428,11 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 class RayExecutor(Executor):
     """``--executor ray [--address ADDR]``: each unit a Ray task needing `threads` CPUs (and one GPU
-    when the run's device is CUDA). Without an address, Ray connects to the cluster of ``RAY_ADDRESS``
-    or one started on this machine, else starts a local one for the run. Code (the same dyntc version,
-    checked) must be installed on every node; the dataset and an ``--embeddings`` file travel with the
-    tasks; checkpoints and cells come back to the driver, which alone writes the run directory."""
+    when the run's device is CUDA). Without an address (nor ``RAY_ADDRESS``), a local Ray instance is
+    started for the run (``--address auto``: the cluster ``ray start`` started on this machine); a
+    process already connected to Ray uses its connection. Code (the same dyntc and torch versions,
+    checked) must be installed on every node; the dataset and an ``--embeddings`` file travel with
+    the tasks; checkpoints and cells come back to the driver, which alone writes the run directory."""
 
     name = "ray"
     runs_here = False
@@ -435,11 +448,17 @@ class RayExecutor(Executor):
 
     def __enter__(self) -> RayExecutor:
         ray = self.ray
-        if not ray.is_initialized():
+        address = self.address or os.environ.get("RAY_ADDRESS") or None
+        if address is not None:
+            _check_reachable(address)
+        if not ray.is_initialized():  # else: this process's own connection (e.g. a test's local cluster)
             try:
-                ray.init(address=self.address, include_dashboard=False if self.address is None else None)
+                if address is None:  # a fresh local instance, never a stale cluster file's address
+                    ray.init(address="local", include_dashboard=False)
+                else:
+                    ray.init(address=address)
             except Exception as exc:  # noqa: BLE001 - connection errors of many kinds
-                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                where = f"the Ray cluster at {address}" if address else "a local Ray instance"
                 raise DyntcError(f"cannot connect to {where}: {type(exc).__name__}: {exc} (a cluster with token "
                                  f"authentication needs RAY_AUTH_MODE=token and its token here: docs/cluster.md)") from exc
             self._started = True
