@@ -44,7 +44,8 @@ from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
 from dyntc.protocol import make_plan
-from dyntc.training import Encoded, TrainConfig, embed_points, prototypical_accuracy, train_prototypical, train_supervised
+from dyntc.training import TrainConfig, train_prototypical, train_supervised
+from dyntc.inference import Encoded, embed_points, prototypical_accuracy
 
 SHORT = {"pretrain_episodes": "150", "pretrain_eval_every": "50", "pretrain_epochs": "2", "finetune_episodes": "60",
          "finetune_eval_every": "20", "finetune_epochs": "3"}  # --jobs comparison: the paper profile, short budgets

@@ -7,12 +7,15 @@ paper's), serves it with a uvicorn subprocess on 127.0.0.1 with its default limi
 1. ``levels``: ``--requests`` /predict requests of ``--batch`` test texts at each concurrency, a label
    added half-way through each level (and timed);
 2. ``mixed``: ``--predictors`` client threads sending one-text predictions (each waits ``--pace-ms``
-   between requests) for ``--seconds``, alone, then beside writers: an HTTP writer adding examples
-   through the service, ``dyntc labels add-examples`` processes one after another on the same model
-   directory, and a process that takes the store's write lock for 1 s in every 2 s (a slow writer).
-   Predict and write latency p50 / p99 / max, and predict p99 against the run without writers;
-3. ``maximal``: the same one-text predictions while another client sends maximal requests (the
+   between requests), without and beside writers: an HTTP writer adding examples through the service,
+   ``dyntc labels add-examples`` processes one after another on the same model directory, and a
+   process that takes the store's write lock for 1 s in every 2 s (a slow writer). Predict and write
+   latency p50 / p99 / max, and predict p99 beside the writers over p99 without;
+3. ``maximal``: one-text predictions without and beside another client sending maximal requests (the
    service's ``max_batch`` texts of ``max_text_chars`` characters) back to back.
+
+Phases 2 and 3 alternate ``--rounds`` windows without and with their load (``--seconds`` in all on each
+side), so that other work on the machine weighs on both sides alike.
 
 Bounded: a fixed time or number of requests per phase, each request with a timeout; loopback only.
 
@@ -115,11 +118,12 @@ def main() -> None:
     ap.add_argument("--levels", default="1,8,32")
     ap.add_argument("--predictors", type=int, default=2, help="mixed/maximal: client threads sending one-text predicts")
     ap.add_argument("--pace-ms", type=float, default=20.0, help="mixed/maximal: pause of each predictor between requests")
-    ap.add_argument("--seconds", type=float, default=30.0, help="mixed/maximal: length of each phase")
+    ap.add_argument("--seconds", type=float, default=60.0, help="mixed/maximal: length of each side of a phase")
+    ap.add_argument("--rounds", type=int, default=6, help="mixed/maximal: alternating windows without / with the load")
     ap.add_argument("--phases", default="levels,mixed,maximal")
     args = ap.parse_args()
-    if args.requests < 2 or args.batch < 1 or args.predictors < 1 or args.seconds <= 0:
-        ap.error("--requests must be >= 2, --batch and --predictors >= 1, --seconds > 0")
+    if args.requests < 2 or args.batch < 1 or args.predictors < 1 or args.seconds <= 0 or args.rounds < 1:
+        ap.error("--requests must be >= 2, --batch, --predictors and --rounds >= 1, --seconds > 0")
     phases = set(args.phases.split(","))
     if not phases <= {"levels", "mixed", "maximal"}:
         ap.error("--phases: a comma-separated subset of levels,mixed,maximal")
@@ -195,72 +199,86 @@ def levels(url: str, tests: list[str], args) -> None:
               flush=True)
 
 
+def alternate(url: str, tests: list[str], n: int, args, start_load, stop_load) -> tuple[list[float], list[float]]:
+    """Predictions without and with a load, in ``--rounds`` alternating windows of ``--seconds / rounds``
+    each, so that anything else on the machine weighs on both sides alike."""
+    window = args.seconds / args.rounds
+    without: list[float] = []
+    beside: list[float] = []
+    for _ in range(args.rounds):
+        without += Predictors(url, tests, n, args.pace_ms / 1000, window).run().latencies
+        handle = start_load()
+        beside += Predictors(url, tests, n, args.pace_ms / 1000, window).run().latencies
+        stop_load(handle)
+    return without, beside
+
+
 def mixed(url: str, model: Path, tests: list[str], args, env: dict) -> None:
     print(f"\n## Predictions beside writers: {args.predictors} predictors x one text, {args.pace_ms:g} ms apart, "
-          f"{args.seconds:g} s per run\n")
-    print("| run | predicts | predict p50 / p99 / max ms | writes | write p50 / p99 / max ms | predict p99 / alone |")
-    print("|---|---:|---:|---:|---:|---:|")
-    alone = Predictors(url, tests, args.predictors, args.pace_ms / 1000, args.seconds).run()
-    print(f"| predictors alone | {len(alone.latencies)} | {stats(alone.latencies)} | 0 | – | 1.00 |", flush=True)
-
-    stop = threading.Event()
+          f"{args.rounds} alternating windows of {args.seconds / args.rounds:g} s without and with the writers\n")
+    print("| run | predicts | predict p50 ms | p99 | max | writes | write p50 ms | p99 | max | predict p99 / without |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     http_writes: list[float] = []
     cli_writes: list[float] = []
     failures: list[str] = []
+    label = sorted(call(url, "GET", "/labels")[1]["labels"])[0]
 
-    def http_writer() -> None:
+    def http_writer(stop: threading.Event) -> None:
         i = 0
         while not stop.is_set():
-            status, body, took = call(url, "POST", f"/labels/{sorted_label}/examples",
-                                      {"examples": [f"an http example {i}"]})
+            status, body, took = call(url, "POST", f"/labels/{label}/examples", {"examples": [f"an http example {i}"]})
             (http_writes if status == 200 else failures).append(took if status == 200 else f"http {status} {body}")
             i += 1
             stop.wait(0.5)
 
-    def cli_writer() -> None:
+    def cli_writer(stop: threading.Event) -> None:
         i = 0
         while not stop.is_set():
             t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "dyntc", "labels", "add-examples", str(model), sorted_label,
+            done = subprocess.run([sys.executable, "-m", "dyntc", "labels", "add-examples", str(model), label,
                                    "-e", f"a cli example {i}"], env={**env, "OMP_NUM_THREADS": "1"},
                                   capture_output=True, text=True, timeout=300)
             (cli_writes if done.returncode == 0 else failures).append(
                 time.perf_counter() - t0 if done.returncode == 0 else f"cli {done.stderr[-200:]}")
             i += 1
 
-    sorted_label = sorted(call(url, "GET", "/labels")[1]["labels"])[0]
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(model / "dyntc.sqlite"), str(args.seconds)])
-    writers = [threading.Thread(target=http_writer), threading.Thread(target=cli_writer)]
-    for t in writers:
-        t.start()
-    beside = Predictors(url, tests, args.predictors, args.pace_ms / 1000, args.seconds).run()
-    stop.set()
-    for t in writers:
-        t.join()
-    holder.wait(60)
-    ratio = p99(beside.latencies) / p99(alone.latencies)
-    print(f"| beside HTTP writer | {len(beside.latencies)} | {stats(beside.latencies)} | {len(http_writes)} | "
-          f"{stats(http_writes)} | {ratio:.2f} |")
-    print(f"| (same run) CLI writers, lock holder 1 s in 2 | | | {len(cli_writes)} | {stats(cli_writes)} | |")
-    if failures or beside.errors or alone.errors:
-        print(f"\nFAILURES: {len(failures)} writes, {beside.errors + alone.errors} predicts: {failures[:3]}")
+    def start_load():
+        stop = threading.Event()
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(model / "dyntc.sqlite"),
+                                   str(args.seconds / args.rounds)])
+        threads = [threading.Thread(target=http_writer, args=(stop,)), threading.Thread(target=cli_writer, args=(stop,))]
+        for t in threads:
+            t.start()
+        return stop, threads, holder
+
+    def stop_load(handle) -> None:
+        stop, threads, holder = handle
+        stop.set()
+        for t in threads:
+            t.join()
+        holder.wait(60)
+
+    without, beside = alternate(url, tests, args.predictors, args, start_load, stop_load)
+    print(f"| without writers | {len(without)} | {stats(without)} | 0 | {stats([])} | 1.00 |")
+    print(f"| beside the writers: HTTP | {len(beside)} | {stats(beside)} | {len(http_writes)} | {stats(http_writes)} | "
+          f"{p99(beside) / p99(without):.2f} |")
+    print(f"| (same windows) CLI writers, a lock holder 1 s in 2 | | | | | {len(cli_writes)} | {stats(cli_writes)} | |")
+    if failures:
+        print(f"\nFAILURES: {len(failures)} writes: {failures[:3]}")
     print("\n(CLI write latency is a whole `dyntc labels add-examples` process: start, load, embed, commit.)",
           flush=True)
 
 
 def maximal(url: str, tests: list[str], args, limits) -> None:
     print(f"\n## A one-text prediction beside maximal requests ({limits.max_batch} texts x {limits.max_text_chars} "
-          f"characters)\n")
-    print("| run | predicts | predict p50 / p99 / max ms | maximal requests | their p50 / p99 / max ms | p99 / idle |")
-    print("|---|---:|---:|---:|---:|---:|")
-    idle = Predictors(url, tests, 1, args.pace_ms / 1000, args.seconds).run()
-    print(f"| idle | {len(idle.latencies)} | {stats(idle.latencies)} | 0 | – | 1.00 |", flush=True)
+          f"characters), {args.rounds} alternating windows of {args.seconds / args.rounds:g} s\n")
+    print("| run | predicts | predict p50 ms | p99 | max | maximal requests | their p50 ms | p99 | max | predict p99 / idle |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rng = np.random.default_rng(1)
     words = " ".join(tests).split()
-    stop = threading.Event()
     big: list[float] = []
 
-    def flood() -> None:
+    def flood(stop: threading.Event) -> None:
         while not stop.is_set():
             texts = [" ".join(rng.choice(words, 600))[: limits.max_text_chars] for _ in range(limits.max_batch)]
             status, body, took = call(url, "POST", "/predict", {"texts": texts})
@@ -268,14 +286,22 @@ def maximal(url: str, tests: list[str], args, limits) -> None:
                 raise RuntimeError(f"maximal request answered {status}: {body}")
             big.append(took)
 
-    flooder = threading.Thread(target=flood)
-    flooder.start()
-    time.sleep(1.0)
-    beside = Predictors(url, tests, 1, args.pace_ms / 1000, args.seconds).run()
-    stop.set()
-    flooder.join()
-    print(f"| beside maximal requests | {len(beside.latencies)} | {stats(beside.latencies)} | {len(big)} | "
-          f"{stats(big)} | {p99(beside.latencies) / p99(idle.latencies):.2f} |", flush=True)
+    def start_load():
+        stop = threading.Event()
+        flooder = threading.Thread(target=flood, args=(stop,))
+        flooder.start()
+        time.sleep(0.5)  # the first maximal request is being embedded
+        return stop, flooder
+
+    def stop_load(handle) -> None:
+        stop, flooder = handle
+        stop.set()
+        flooder.join()  # its request in flight finishes before the next idle window
+
+    idle, beside = alternate(url, tests, 1, args, start_load, stop_load)
+    print(f"| idle | {len(idle)} | {stats(idle)} | 0 | {stats([])} | 1.00 |")
+    print(f"| beside maximal requests | {len(beside)} | {stats(beside)} | {len(big)} | {stats(big)} | "
+          f"{p99(beside) / p99(idle):.2f} |", flush=True)
 
 
 if __name__ == "__main__":

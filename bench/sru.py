@@ -42,7 +42,7 @@ from torch import nn
 
 from bench._machine import cpu_model, load_average, omp_wait_policy
 from dyntc.errors import DyntcError
-from dyntc.training import check_device
+from dyntc.machine import check_device
 
 INPUT, HIDDEN, LAYERS, DROPOUT = 50, 128, 4, 0.5
 

@@ -53,7 +53,8 @@ from dyntc.geometry import lorentz
 from dyntc.models import PrototypicalNetwork, build_model
 from dyntc.errors import DyntcError
 from dyntc.protocol import get_profile, parse_names
-from dyntc.training import Encoded, TrainConfig, embed_points, train_prototypical, train_supervised
+from dyntc.training import TrainConfig, train_prototypical, train_supervised
+from dyntc.inference import Encoded, embed_points
 
 
 def train_config(hp: dict, steps: int, seed: int) -> TrainConfig:

@@ -29,7 +29,7 @@ import torch
 
 from dyntc import DynamicClassifier
 from dyntc.data.datasets import load
-from dyntc.training import cpu_model
+from dyntc.machine import cpu_model
 
 
 def accuracy(pred, gold, mapping=None):

@@ -41,7 +41,7 @@ import torch
 
 from dyntc import DynamicClassifier
 from dyntc.data.datasets import clinc150_out_of_scope, load
-from dyntc.training import machine_description
+from dyntc.machine import machine_description
 
 APPROACHES = ("default", "no-debias", "default-int8", "backbone", "head", "minilm-hyp", "sru-hyp", "centroid", "logreg", "setfit")
 DEFAULT_APPROACHES = ("default", "no-debias", "default-int8", "backbone", "head", "minilm-hyp", "centroid", "logreg")

@@ -24,7 +24,7 @@ import torch
 from dyntc import DynamicClassifier
 from dyntc.data.datasets import load
 from dyntc.encoders import create_encoder
-from dyntc.training import machine_description
+from dyntc.machine import machine_description
 
 
 def accuracy(pred, gold, changed):

@@ -18,7 +18,7 @@ import torch
 
 from dyntc import DynamicClassifier
 from dyntc.data.datasets import load
-from dyntc.training import machine_description
+from dyntc.machine import machine_description
 
 
 def main() -> None:

@@ -29,7 +29,8 @@ from dyntc.data.episodes import EpisodeSampler
 from dyntc.diagnostics import geometry_stats, pretraining_monitor
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
-from dyntc.training import machine_description, train_prototypical
+from dyntc.training import train_prototypical
+from dyntc.machine import machine_description
 
 
 @torch.no_grad()

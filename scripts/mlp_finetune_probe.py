@@ -36,7 +36,8 @@ from dyntc.errors import DyntcError
 from dyntc.protocol import make_plan
 from dyntc.protocol.plan import derive_seed
 from dyntc.protocol.run import read_only_run
-from dyntc.training import fit_head, supervised_accuracy, train_supervised
+from dyntc.training import fit_head, train_supervised
+from dyntc.inference import supervised_accuracy
 
 # name -> (changes to the fine-tuning TrainConfig, encoder frozen)
 RULES = {

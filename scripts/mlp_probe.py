@@ -28,7 +28,7 @@ from dyntc.geometry import euclidean
 from dyntc.models import KNNProbe
 from dyntc.protocol import make_plan
 from dyntc.protocol.run import read_only_run
-from dyntc.training import embed_points
+from dyntc.inference import embed_points
 
 
 def nearest_mean(support: torch.Tensor, labels: torch.Tensor, queries: torch.Tensor) -> np.ndarray:

@@ -21,7 +21,8 @@ import torch
 from dyntc.data.datasets import load
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
-from dyntc.training import machine_description, train_prototypical
+from dyntc.training import train_prototypical
+from dyntc.machine import machine_description
 
 
 def norms(model, fine, n: int = 400) -> list[float]:

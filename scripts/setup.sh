@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs dyntc with its pinned requirements, all extras included
-# except `setfit` (a benchmark peer only: pip install -e '.[setfit]').
+# except `setfit` (a benchmark peer only: pip install -e '.[setfit]'); psycopg (the `postgres` extra, for
+# postgresql:// model stores) comes pinned in requirements.lock.
 # torch is installed first and alone so that no other package can pull a different build.
 set -euo pipefail
 cd "$(dirname "$0")/.."

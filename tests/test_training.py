@@ -16,18 +16,8 @@ from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
 from dyntc.stopping import Patience, ended_under, is_held, load_snapshot, replay, snapshot_key, stop_step
-from dyntc.training import (
-    Encoded,
-    TrainConfig,
-    cosine_lr,
-    episode_lr,
-    fit_head,
-    prototypical_accuracy,
-    prototypical_predict,
-    supervised_accuracy,
-    train_prototypical,
-    train_supervised,
-)
+from dyntc.training import TrainConfig, cosine_lr, episode_lr, fit_head, train_prototypical, train_supervised
+from dyntc.inference import Encoded, prototypical_accuracy, prototypical_predict, supervised_accuracy
 
 SMALL = dict(hidden_size=64, num_layers=2, max_len=32, dropout=0.1)
 # The paper's lr of 1e-3 needs ~1,000+ episodes to leave the collapsed start (loss at chance) on

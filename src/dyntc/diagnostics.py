@@ -23,8 +23,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from dyntc.encoders.base import eval_mode
+from dyntc.geometry import Metric
 from dyntc.models import PrototypicalNetwork
-from dyntc.training import Encoded, embed_points
+from dyntc.inference import Encoded, embed_points
 
 
 def _summary(values: torch.Tensor) -> dict[str, float]:
@@ -36,10 +38,9 @@ def _summary(values: torch.Tensor) -> dict[str, float]:
     return {"mean": float(v.mean()), "p10": float(q[0]), "p50": float(q[1]), "p90": float(q[2])}
 
 
-def _norm_stats(points: torch.Tensor, hyperbolic: bool) -> dict[str, dict[str, float]]:
-    h = points[:, 1:] if hyperbolic else points
-    out = {"h_norm": _summary(h.norm(dim=1))}
-    if hyperbolic:
+def _norm_stats(points: torch.Tensor, space: Metric) -> dict[str, dict[str, float]]:
+    out = {"h_norm": _summary(space.euclidean_part(points).norm(dim=1))}
+    if space.extra_coordinates:  # the hyperboloid's x0 and the geodesic radius it gives
         x0 = points[:, 0].double()
         out["x0"] = _summary(x0)
         out["radius"] = _summary(torch.acosh(x0.clamp_min(1.0)))
@@ -58,17 +59,13 @@ def geometry_stats(
     `support` and `query` share their class list; prototypes come from all of `support`. `new_classes`
     (class ids) splits the figures into new and old classes. Returns a JSON-able dict.
     """
-    hyperbolic = model.metric == "hyperbolic"
+    space = model.space
     n_classes = len(support.classes)
     s_points = embed_points(model, support.items)
     q_points = embed_points(model, query.items)
-    was = model.training
-    model.eval()
-    try:
+    d2 = model.nearest_prototypes(s_points, support.labels, n_classes, q_points).double().cpu()
+    with eval_mode(model), torch.no_grad():
         protos = model.prototypes(s_points, torch.as_tensor(support.labels, device=s_points.device), n_classes)
-        d2 = model.sq_distances(q_points, protos).double().cpu()
-    finally:
-        model.train(was)
     labels = torch.as_tensor(query.labels)
     rows = torch.arange(len(labels))
     own = d2[rows, labels]
@@ -78,8 +75,8 @@ def geometry_stats(
     out: dict = {
         "acc": float((pred == labels).double().mean()),
         "logit_scale": float(model.scale()),
-        "query": _norm_stats(q_points.cpu(), hyperbolic),
-        "prototype": _norm_stats(protos.cpu(), hyperbolic),
+        "query": _norm_stats(q_points.cpu(), space),
+        "prototype": _norm_stats(protos.cpu(), space),
         "d2_own": _summary(own),
         "d2_nearest_other": _summary(others.min(1).values),
         "d2_all": _summary(d2),
@@ -97,13 +94,13 @@ def geometry_stats(
         new = torch.zeros(n_classes, dtype=torch.bool)
         new[torch.as_tensor(list(new_classes), dtype=torch.long)] = True
         q_new = new[labels]
-        args = (d2, labels, pred, protos.cpu(), s_points.cpu(), q_points.cpu(), support, hyperbolic)
+        args = (d2, labels, pred, protos.cpu(), s_points.cpu(), q_points.cpu(), support, space)
         out["new"] = _split_stats(q_new, new, *args)
         out["old"] = _split_stats(~q_new, ~new, *args)
     return out
 
 
-def _split_stats(q_mask, class_mask, d2, labels, pred, protos, s_points, q_points, support: Encoded, hyperbolic: bool) -> dict:
+def _split_stats(q_mask, class_mask, d2, labels, pred, protos, s_points, q_points, support: Encoded, space: Metric) -> dict:
     """Figures of one group of classes (new or old): their queries and their prototypes."""
     s_labels = torch.as_tensor(support.labels)
     in_group = class_mask[s_labels]
@@ -112,16 +109,16 @@ def _split_stats(q_mask, class_mask, d2, labels, pred, protos, s_points, q_point
     if in_group.any():
         own_proto = protos[s_labels[in_group]]
         pts = s_points[in_group]
-        spread = _pair_sq_dist(pts, own_proto, hyperbolic)
+        spread = _pair_sq_dist(pts, own_proto, space)
     nearest_in = d2[:, class_mask].min(1).values
     nearest_out = d2[:, ~class_mask].min(1).values if (~class_mask).any() else torch.full_like(nearest_in, float("inf"))
     return {
         "acc": float((pred[q_mask] == labels[q_mask]).double().mean()) if q_mask.any() else None,
         "pred_share": float(class_mask[pred].double().mean()),  # share of all queries predicted as one of these classes
         "true_share": float(q_mask.double().mean()),
-        "prototype": _norm_stats(protos[class_mask], hyperbolic),
-        "query": _norm_stats(q_points[q_mask], hyperbolic),
-        "support": _norm_stats(s_points[in_group], hyperbolic),
+        "prototype": _norm_stats(protos[class_mask], space),
+        "query": _norm_stats(q_points[q_mask], space),
+        "support": _norm_stats(s_points[in_group], space),
         "support_spread_d2": _summary(spread),
         # for the queries of these classes: nearest prototype of the group vs of the other group
         "d2_nearest_in_group": _summary(nearest_in[q_mask]),
@@ -131,12 +128,8 @@ def _split_stats(q_mask, class_mask, d2, labels, pred, protos, s_points, q_point
     }
 
 
-def _pair_sq_dist(a: torch.Tensor, b: torch.Tensor, hyperbolic: bool) -> torch.Tensor:
-    from dyntc.geometry import lorentz
-
-    if hyperbolic:
-        return lorentz.sq_distance(a.double(), b.double())
-    return (a.double() - b.double()).square().sum(-1)
+def _pair_sq_dist(a: torch.Tensor, b: torch.Tensor, space: Metric) -> torch.Tensor:
+    return space.sq_distance(a.double(), b.double())
 
 
 def pretraining_monitor(

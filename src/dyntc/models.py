@@ -16,12 +16,12 @@ from typing import Literal
 import torch
 from torch import nn
 
-from dyntc.encoders.base import TextEncoder
+from dyntc.encoders.base import TextEncoder, eval_mode
 from dyntc.errors import DyntcError, is_number
-from dyntc.geometry import euclidean, lorentz
+from dyntc.geometry import METRICS, euclidean, get_metric
+from dyntc.geometry.metrics import Metric as MetricObject
 
 Metric = Literal["euclidean", "hyperbolic"]
-METRICS = ("euclidean", "hyperbolic")
 
 
 def trainable_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -184,32 +184,45 @@ class PrototypicalNetwork(nn.Module):
         """Points in the metric space: ``(B, d)`` Euclidean or ``(B, d+1)`` on the hyperboloid."""
         return self.to_metric_space(self.encoder(**batch))
 
+    @property
+    def space(self) -> MetricObject:
+        """The metric object of ``metric`` (geometry.metrics): lift, mean, squared distances."""
+        return get_metric(self.metric)
+
     def to_metric_space(self, h: torch.Tensor) -> torch.Tensor:
         if self.max_norm is not None:
             h = soft_clip_norm(h, self.max_norm)
         if self.fixed_norm is not None:
             h = project_to_norm(h, self.fixed_norm)
-        return lorentz.project(h) if self.metric == "hyperbolic" else h
+        return self.space.lift(h)
 
     def prototypes(self, points: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:
         """One prototype per class ``0..n_classes-1`` from labelled points -> ``(n_classes, dim)``."""
         index, mask = group_by_class(labels, n_classes)
-        grouped = points[index]  # (C, m, dim)
-        weights = mask.to(points.dtype)
-        if self.metric == "euclidean":
-            return euclidean.mean(grouped, weights)
         iters = self.train_mean_iters if self.training else self.eval_mean_iters
-        return lorentz.frechet_mean(grouped, weights, max_iter=iters, differentiable=self.differentiable_mean)
+        return self.space.mean(points[index], mask.to(points.dtype), max_iter=iters,
+                               differentiable=self.differentiable_mean)
 
     def sq_distances(self, queries: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
-        if self.metric == "euclidean":
-            return euclidean.sq_distance_matrix(queries, prototypes)
-        return lorentz.sq_distance_matrix(queries, prototypes)
+        return self.space.sq_distance_matrix(queries, prototypes)
+
+    @torch.no_grad()
+    def nearest_prototypes(self, support_points: torch.Tensor, support_labels, n_classes: int,
+                           query_points: torch.Tensor) -> torch.Tensor:
+        """The one nearest-prototype rule of the research protocol: prototypes (eval-mode means) of
+        the labelled support points, then ``(n_query, n_classes)`` squared distances from each query
+        point to them; the prediction is their argmin. The model is left in the mode it was in."""
+        with eval_mode(self):
+            labels = torch.as_tensor(support_labels, device=support_points.device)
+            return self.sq_distances(query_points, self.prototypes(support_points, labels, n_classes))
 
     def logits(self, queries: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
         """``-s d²(query, prototype)`` (``s = scale()``, 1 by default): softmax over these is the model's
         class distribution. A positive ``s`` changes no prediction, only the loss's temperature."""
-        d2 = self.sq_distances(queries, prototypes)
+        return self.logits_from_sq_distances(self.sq_distances(queries, prototypes))
+
+    def logits_from_sq_distances(self, d2: torch.Tensor) -> torch.Tensor:
+        """``-s d²`` from squared distances (see :meth:`logits`)."""
         return -d2 if not self.learn_scale and self.logit_scale == 1.0 else -self.scale() * d2
 
     def episode_loss(

@@ -13,8 +13,13 @@ restore) go through one :class:`Service`:
 - **Readers never wait on writers.** A write embeds its examples before it takes the store's write
   lock and holds that lock only to commit (:func:`dyntc.classifier.saving.commit_changes`: if another
   process committed meanwhile, the operation is applied again to the newest version). A version
-  committed by another process (a ``dyntc labels`` command) is loaded by the first read that notices
-  it, while other reads go on with the current one; no read takes a lock a writer holds.
+  committed by another process (a ``dyntc labels`` command, another replica) is loaded by the first
+  read that notices it, or before that by a background follower thread
+  (:meth:`~dyntc.classifier.store.ModelStore.follow`: told at once by a PostgreSQL notification, or
+  polling), while other reads go on with the current one; no read takes a lock a writer holds.
+- **Replicas.** Over a PostgreSQL store (``postgresql://`` URL) any number of services share one
+  model: each commits through the store's lock and follows the others' commits, so a write through
+  any of them is served by all within a fraction of a second (docs/deployment.md).
 - **Bounded work.** Every request is bounded before it is parsed or embedded (:class:`Limits`: body
   bytes, texts per request, characters per text, examples per write, label name length), slow
   clients time out, and embedding runs in at most ``workers`` threads at once, one of which only
@@ -132,17 +137,37 @@ class EmbeddingWorkers:
 
 
 class Service:
-    """The current classifier of one model directory, and the serialised way to change it."""
+    """The current classifier of one model (a directory or a PostgreSQL URL), and the serialised way
+    to change it."""
 
-    def __init__(self, model_dir: str | Path, *, limits: Limits = Limits(), access: Access = Access()):
-        self.path = Path(model_dir)
-        self.store = ModelStore.open(self.path)
+    def __init__(self, model_dir: str | Path, *, limits: Limits = Limits(), access: Access = Access(),
+                 follow: bool = True):
+        self.store = ModelStore.open(model_dir)
+        self.path = self.store.location
         self.limits, self.access = limits, access
         self.workers = EmbeddingWorkers(limits.threads)
-        self._current = DynamicClassifier.load(self.path)
+        self._current = saving.from_snapshot(DynamicClassifier, self.store.read())
         self._write_lock = threading.Lock()  # this process's writers, one at a time
         self._reload_lock = threading.Lock()  # one reloader at a time; readers never wait for it
         self._swap_lock = threading.Lock()  # held for a comparison and an assignment only
+        self._stop = threading.Event()
+        if follow:  # loads what other processes commit, in the background
+            threading.Thread(target=self.store.follow, args=(self._stop, self._follow), daemon=True,
+                             name="dyntc-follower").start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _load(self) -> DynamicClassifier:
+        return saving.from_snapshot(DynamicClassifier, self.store.read())
+
+    def _follow(self) -> None:
+        """Called by the follower thread when another process may have committed: load the newest
+        version if it is newer. It may wait for a reader that is loading (the follower is nobody's
+        reader), so no notified version is missed."""
+        with self._reload_lock:
+            if self.store.head_version() > self._current.version_:
+                self._swap(self._load())
 
     def _swap(self, clf: DynamicClassifier) -> None:
         with self._swap_lock:
@@ -156,7 +181,7 @@ class Service:
         if self.store.head_version() > clf.version_ and self._reload_lock.acquire(blocking=False):
             try:
                 if self.store.head_version() > self._current.version_:
-                    self._swap(DynamicClassifier.load(self.path))
+                    self._swap(self._load())
             finally:
                 self._reload_lock.release()
         return self._current
@@ -169,6 +194,7 @@ class Service:
             try:
                 with self.workers.take(chars):
                     op(new)  # embeds the new examples, before the store's write lock
+                with no_disk_cache():  # the lock wait holds no embedding worker
                     saving.commit_changes(self.store, new, log, "http")
             finally:
                 replay.stop(new)
@@ -177,8 +203,9 @@ class Service:
 
     def restore(self, version: int) -> DynamicClassifier:
         with self._write_lock:
-            DynamicClassifier.restore(self.path, version)
-            self._swap(DynamicClassifier.load(self.path))
+            with self.store.transaction() as txn:
+                txn.restore(version)
+            self._swap(self._load())
             return self._current
 
 
@@ -398,7 +425,7 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
             return
         # No token (loopback only): refuse what a web page in a browser on this host could send.
         origin = request.headers.get("origin")
-        if origin is not None and origin != "null" and not is_loopback(urlsplit(origin).hostname or ""):
+        if origin is not None and not is_loopback(urlsplit(origin).hostname or ""):  # "null" too (sandboxed pages)
             raise HTTPError(403, f"a write from origin {origin[:80]!r} is refused: this service takes writes from "
                                  "local clients only (start it with --token-file to take writes from elsewhere)")
         if request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
@@ -411,11 +438,13 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
     @app.get("/healthz")
     async def healthz() -> JSONResponse:
         clf = service._current  # the store is probed, the model is not: health answers while it is busy
-        try:
-            service.store.check()
+        try:  # in a thread: a database server that does not answer must not stall the other requests
+            await asyncio.to_thread(service.store.check)
         except DyntcError as exc:
-            return JSONResponse({"status": "unavailable", "error": str(exc), "version": clf.version_}, status_code=503)
-        return JSONResponse({"status": "ok", "version": clf.version_, "n_labels": clf.n_classes_})
+            return JSONResponse({"status": "unavailable", "error": str(exc), "version": clf.version_,
+                                 "backend": service.store.backend}, status_code=503)
+        return JSONResponse({"status": "ok", "version": clf.version_, "n_labels": clf.n_classes_,
+                             "backend": service.store.backend})
 
     @app.post("/predict", dependencies=[Depends(reader)])
     def predict(req: PredictRequest) -> dict:
@@ -506,7 +535,7 @@ def read_token(path: Path, what: str = "token file") -> str:
     return check_token(token, what.removesuffix(" file"))
 
 
-def run(model_dir: Path, host: str, port: int, *, token_file: Path | None = None, read_token_file: Path | None = None,
+def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None = None, read_token_file: Path | None = None,
         insecure: bool = False, limits: Limits = Limits()) -> None:
     """Serve until interrupted (the ``dyntc serve`` command)."""
     import torch

@@ -169,3 +169,25 @@ def write_glove_subset(
                 values = " ".join(np.format_float_positional(v, unique=True, trim="-") for v in found[word])
                 fh.write(f"{word} {values}\n")
     return len(found), len(counts)
+
+
+def check_texts(texts: Sequence[str], name: str = "texts") -> None:
+    if isinstance(texts, str):
+        raise DyntcError(f"{name} must be a list of strings, not a single string")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise DyntcError(f"{name}[{i}] is {type(t).__name__}, expected str")
+        if not t.strip():
+            raise DyntcError(f"{name}[{i}] is empty; remove empty texts before training or predicting")
+        if not is_unicode(t):
+            raise DyntcError(f"{name}[{i}] is not valid Unicode (it holds a lone surrogate code point such as "
+                             "\\ud800): send UTF-8 text")
+
+
+def is_unicode(text: str) -> bool:
+    """Whether `text` can be written as UTF-8 (JSON's \\ud800 escapes decode to lone surrogates, which cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

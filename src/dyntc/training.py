@@ -8,14 +8,11 @@ improvement, and finish with the best weights restored (a real copy, not a refer
 from __future__ import annotations
 
 import math
-import os
-import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -23,8 +20,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from dyntc.data.episodes import EpisodeSampler
-from dyntc.encoders.base import TextEncoder, embed, to_device
+from dyntc.encoders.base import embed, to_device
 from dyntc.errors import DyntcError, is_number
+from dyntc.inference import Encoded, prototypical_accuracy, supervised_accuracy
 from dyntc.models import MLPClassifier, PrototypicalNetwork, load_trainable_state
 from dyntc.stopping import (
     EarlyStopping,
@@ -110,46 +108,6 @@ class TrainConfig:
             raise DyntcError(f"lr must be > 0, got {self.lr}")
 
 
-def check_device(device: str, arg: str = "--device") -> torch.device:
-    """`device` as a torch.device, or a DyntcError naming `arg` (not a device name, or CUDA absent)."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise DyntcError(f"{arg} must be a torch device such as 'cpu' or 'cuda', got {device!r}") from exc
-    if dev.type not in ("cpu", "cuda"):
-        raise DyntcError(f"{arg} must be 'cpu' or 'cuda' (optionally 'cuda:N'), got {device!r}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DyntcError(f"{arg} {device!r} requested but no CUDA device is available: use cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise DyntcError(f"{arg} {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return dev
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` where there is one)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def machine_description() -> str:
-    """CPU model, core and torch thread counts, GPU: recorded beside every run's results."""
-    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{cpu_model()} ({os.cpu_count()} cores, torch {torch.get_num_threads()} threads){gpu}"
-
-
-def check_out_dir(path: Path, arg: str = "--out") -> Path:
-    """`path` as an output directory: an error naming `arg` if it exists as something else."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise DyntcError(f"{arg} {path} exists and is not a directory: choose another path")
-    return path
-
-
 @dataclass
 class TrainResult:
     best_dev_acc: float | None
@@ -157,113 +115,6 @@ class TrainResult:
     seconds: float
     stopped_early: bool
     history: list[dict] = field(default_factory=list)
-
-
-@dataclass
-class Encoded:
-    """Featurized texts with integer labels indexing ``classes``."""
-
-    items: list[Any]
-    labels: np.ndarray
-    classes: list[str]
-
-    @classmethod
-    def of(cls, encoder: TextEncoder, texts: Sequence[str], labels: Sequence[str], classes: Sequence[str]) -> "Encoded":
-        """Featurize `texts`; their `labels` must be among `classes` (checked first)."""
-        check_texts(texts)
-        ids = _label_ids(labels, classes)
-        return cls(encoder.featurize(texts), ids, list(classes))
-
-    @classmethod
-    def from_items(cls, items: Sequence[Any], labels: Sequence[str], classes: Sequence[str]) -> "Encoded":
-        """Already featurized `items` with their `labels` (each among `classes`)."""
-        return cls(list(items), _label_ids(labels, classes), list(classes))
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def take(self, indices: np.ndarray) -> "Encoded":
-        return Encoded([self.items[i] for i in indices], self.labels[indices], self.classes)
-
-    def per_class(self, limit: int | None, seed: int = 0) -> "Encoded":
-        """At most `limit` examples of each class (all when None), chosen at random."""
-        if limit is None:
-            return self
-        rng = np.random.default_rng(seed)
-        keep = [rng.permutation(np.flatnonzero(self.labels == c))[:limit] for c in np.unique(self.labels)]
-        return self.take(np.sort(np.concatenate(keep)))
-
-
-def _label_ids(labels: Sequence[str], classes: Sequence[str]) -> np.ndarray:
-    index = {c: i for i, c in enumerate(classes)}
-    unknown = sorted(set(labels) - index.keys())
-    if unknown:
-        raise DyntcError(f"labels {unknown[:5]} are not among the {len(classes)} classes of this model")
-    return np.array([index[y] for y in labels], dtype=np.int64)
-
-
-def check_texts(texts: Sequence[str], name: str = "texts") -> None:
-    if isinstance(texts, str):
-        raise DyntcError(f"{name} must be a list of strings, not a single string")
-    for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise DyntcError(f"{name}[{i}] is {type(t).__name__}, expected str")
-        if not t.strip():
-            raise DyntcError(f"{name}[{i}] is empty; remove empty texts before training or predicting")
-        if not is_unicode(t):
-            raise DyntcError(f"{name}[{i}] is not valid Unicode (it holds a lone surrogate code point such as "
-                             "\\ud800): send UTF-8 text")
-
-
-def is_unicode(text: str) -> bool:
-    """Whether `text` can be written as UTF-8 (JSON's \\ud800 escapes decode to lone surrogates, which cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-class _Embedder(nn.Module):
-    """Wraps a model's point-producing method so that :func:`embed` can batch it."""
-
-    def __init__(self, model: nn.Module, method: str):
-        super().__init__()
-        self.model, self.method = model, method
-
-    def forward(self, **batch):
-        return getattr(self.model, self.method)(**batch)
-
-
-def embed_points(model: nn.Module, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
-    """``model.embed`` over featurized `items`: points in the model's metric space, batched, eval
-    mode; the model is left in the mode it was in (the wrapper carries it, so `embed` restores it)."""
-    return embed(_Embedder(model, "embed").train(model.training), model.encoder, items, batch_size)
-
-
-def prototypical_predict(
-    model: PrototypicalNetwork, support: Encoded, queries: Sequence[Any], batch_size: int = 256
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prototypes from `support` (all of its examples), then ``(predicted ids, -d² logits)`` of `queries`."""
-    was_training = model.training
-    model.eval()
-    try:
-        points = embed_points(model, support.items, batch_size)
-        protos = model.prototypes(points, torch.as_tensor(support.labels, device=points.device), len(support.classes))
-        logits = model.logits(embed_points(model, queries, batch_size), protos)
-    finally:
-        model.train(was_training)
-    return logits.argmax(1).cpu(), logits.cpu()
-
-
-def prototypical_accuracy(model: PrototypicalNetwork, support: Encoded, query: Encoded) -> float:
-    pred, _ = prototypical_predict(model, support, query.items)
-    return float((pred.numpy() == query.labels).mean())
-
-
-def supervised_accuracy(model: MLPClassifier, data: Encoded) -> float:
-    logits = embed(model, model.encoder, data.items)
-    return float((logits.argmax(1).cpu().numpy() == data.labels).mean())
 
 
 def cosine_lr(base: float, step: int, total: int) -> float:

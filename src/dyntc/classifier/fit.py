@@ -14,7 +14,9 @@ from typing import Any
 from dyntc.classifier.params import train_config, training_mode
 from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.models import PrototypicalNetwork
-from dyntc.training import Encoded, TrainConfig, TrainResult, check_texts, train_prototypical
+from dyntc.training import TrainConfig, TrainResult, train_prototypical
+from dyntc.inference import Encoded
+from dyntc.text import check_texts
 
 
 def check_pairs(texts: Any, labels: Any, tname: str = "texts", lname: str = "labels",

@@ -17,7 +17,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from dyntc.encoders import build_encoder
-from dyntc.encoders.base import module_device
+from dyntc.encoders.base import eval_mode, module_device
 from dyntc.errors import DyntcError
 from dyntc.models import PrototypicalNetwork
 
@@ -43,7 +43,7 @@ class MetricSpace:
     @property
     def dim(self) -> int:
         """Coordinates of a point: d (Euclidean) or d + 1 (hyperboloid)."""
-        return self.model.encoder.output_dim + (1 if self.metric == "hyperbolic" else 0)
+        return self.model.encoder.output_dim + self.model.space.extra_coordinates
 
     # ---------------------------------------------------------------- points
 
@@ -58,7 +58,7 @@ class MetricSpace:
 
     def embed(self, texts: Sequence[str], items: list | None = None) -> torch.Tensor:
         """Points of `texts` (or of their already featurized `items`): ``(n, dim)`` float32, CPU."""
-        from dyntc.training import embed_points
+        from dyntc.inference import embed_points
 
         if not texts:
             return torch.zeros(0, self.dim)
@@ -91,19 +91,13 @@ class MetricSpace:
             return torch.zeros(0, self.dim)
         points = torch.cat(list(groups))
         ids = torch.repeat_interleave(torch.arange(len(groups)), torch.tensor([len(g) for g in groups]))
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode():
-                return model.prototypes(points.double(), ids, len(groups)).float()
-        finally:
-            model.train(was_training)
+        with eval_mode(self.model) as model, torch.inference_mode():
+            return model.prototypes(points.double(), ids, len(groups)).float()
 
     def sq_distances(self, points: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
         """``(n, k)`` squared distances; hyperbolic ones in float64 (float32 hyperboloid coordinates
         lose small distances), returned as float32."""
-        if self.metric == "hyperbolic":
+        if self.model.space.needs_float64:
             return self.model.sq_distances(points.double(), prototypes.double()).float()
         return self.model.sq_distances(points, prototypes)
 

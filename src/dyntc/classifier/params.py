@@ -6,54 +6,80 @@ and the metric space, and the scikit-learn conventions over them (:class:`Params
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, is_int, is_number
 
-METRICS = ("euclidean", "hyperbolic")
+from dyntc.geometry import METRICS
+
 BACKBONE_LAYERS = 2  # train="backbone": the top transformer layers trained (docs/results.md §9)
-PRETRAINED_TRAINING = ("none", "backbone", "head")
 
 
-def _need(cond: bool, msg: str) -> None:
-    if not cond:
-        raise DyntcError(msg)
+def _int(low: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: is_int(v) and v >= low), f"an integer >= {low}"
+
+
+def _optional(rule: tuple[Callable[[Any], bool], str]) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is None or rule[0](v)), f"None or {rule[1]}"
+
+
+_BOOL = (lambda v: isinstance(v, bool)), "True or False"
+
+#: What each constructor parameter accepts: (check, description). ``fit`` checks them all, then the
+#: encoder's options and the train mode against the encoder (``_train_modes``), then the device.
+PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "encoder": ((lambda v: isinstance(v, str) and bool(v)), "'minilm', 'sru', 'hashing' or a model path"),
+    "metric": ((lambda v: v in METRICS), " or ".join(repr(m) for m in METRICS)),
+    "train": ((lambda v: v is None or isinstance(v, str)), "None or a train mode (see the class docstring)"),
+    "hidden_size": _int(1),
+    "num_layers": _optional(_int(1)),
+    "dropout": ((lambda v: v is None or (is_number(v) and 0 <= v < 1)), "None or a number in [0, 1)"),
+    "max_len": _optional(_int(1)),
+    "embeddings": ((lambda v: v is None or isinstance(v, str)), "the path of a GloVe text file or None"),
+    "encoder_options": ((lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v))),
+                        "a dict with option names as keys, or None"),
+    "episodes": _int(1),
+    "lr": ((lambda v: is_number(v) and v > 0), "a number > 0"),
+    "n_support": _int(1),
+    "n_query": _int(1),
+    "max_classes": _int(2),
+    "hard_fraction": ((lambda v: is_number(v) and 0 <= v <= 0.5),
+                      "a number in [0, 0.5] (each partner label needs an anchor)"),
+    "eval_every": _int(1),
+    "patience": _int(1),
+    "time_budget_s": ((lambda v: v is None or (is_number(v) and v > 0)), "None or a number of seconds > 0"),
+    "extend_vocab": _BOOL,
+    "debias": _BOOL,
+    "batch_size": _int(1),
+    "seed": ((lambda v: is_int(v)), "an integer"),
+    "device": ((lambda v: True), "a torch device"),  # checked by check_device, which knows what is there
+    "progress": _BOOL,
+}
+
+
+def check_param(name: str, value: Any) -> None:
+    check, what = PARAMETER_CONSTRAINTS[name]
+    if not check(value):
+        raise DyntcError(f"{name} must be {what}, got {value!r}")
+
+
+def _train_modes(clf: Any) -> tuple[str, ...]:
+    from dyntc.encoders import encoder_kind
+
+    return encoder_kind(clf.encoder).train_modes
 
 
 def validate_params(clf: Any) -> None:
-    """Check every parameter of `clf`, the encoder's options included (builds nothing)."""
-    _need(isinstance(clf.encoder, str) and bool(clf.encoder),
-          f"encoder must be 'minilm', 'sru' or a model path, got {clf.encoder!r}")
-    _need(clf.metric in METRICS, f"metric must be 'euclidean' or 'hyperbolic', got {clf.metric!r}")
-    if clf.encoder == "sru":
-        _need(clf.train in (None, "encoder"), f"train={clf.train!r} does not apply to the SRU encoder, which is always "
-              "trained as a whole: use train=None or 'encoder'")
-    else:
-        _need(clf.train in (None,) + PRETRAINED_TRAINING, f"train must be one of {PRETRAINED_TRAINING} (or None) for "
-              f"a pretrained encoder, got {clf.train!r}")
-    for name in ("hidden_size", "num_layers", "max_len", "episodes", "n_support", "n_query",
-                 "eval_every", "patience", "batch_size"):
-        value = getattr(clf, name)
-        if value is None and name in ("num_layers", "max_len"):
-            continue
-        _need(is_int(value) and value >= 1, f"{name} must be an integer >= 1, got {value!r}")
-    _need(is_int(clf.max_classes) and clf.max_classes >= 2,
-          f"max_classes must be an integer >= 2, got {clf.max_classes!r}")
-    _need(is_number(clf.hard_fraction) and 0 <= clf.hard_fraction <= 0.5,
-          f"hard_fraction must be a number in [0, 0.5] (each partner label needs an anchor), got {clf.hard_fraction!r}")
-    _need(clf.dropout is None or (is_number(clf.dropout) and 0 <= clf.dropout < 1),
-          f"dropout must be in [0, 1), got {clf.dropout!r}")
-    _need(is_number(clf.lr) and clf.lr > 0, f"lr must be a number > 0, got {clf.lr!r}")
-    _need(clf.time_budget_s is None or (is_number(clf.time_budget_s) and clf.time_budget_s > 0),
-          f"time_budget_s must be None or > 0 seconds, got {clf.time_budget_s!r}")
-    _need(clf.encoder_options is None or (isinstance(clf.encoder_options, Mapping)
-                                          and all(isinstance(k, str) for k in clf.encoder_options)),
-          f"encoder_options must be a dict with option names as keys, or None; got {clf.encoder_options!r}")
-    _need(is_int(clf.seed), f"seed must be an integer, got {clf.seed!r}")
-    for name in ("extend_vocab", "debias"):
-        _need(isinstance(getattr(clf, name), bool), f"{name} must be True or False, got {getattr(clf, name)!r}")
+    """Check every parameter of `clf` against PARAMETER_CONSTRAINTS, the train mode against the
+    encoder, and the encoder's options (builds nothing)."""
+    for name in PARAMETER_CONSTRAINTS:
+        check_param(name, getattr(clf, name))
+    modes = _train_modes(clf)
+    if clf.train is not None and clf.train not in modes:
+        raise DyntcError(f"train={clf.train!r} does not apply to encoder {clf.encoder!r}, which takes "
+                         f"{' or '.join(repr(m) for m in modes)} (or None = {modes[0]!r})")
     clf._check_device(clf.device)
     from dyntc.encoders import check_encoder_options
 
@@ -65,17 +91,17 @@ def validate_params(clf: Any) -> None:
 
 def training_mode(clf: Any) -> str:
     """`train` resolved: what fit trains (see the class docstring)."""
-    if clf.train is not None:
-        return clf.train
-    return "encoder" if clf.encoder == "sru" else "none"
+    return clf.train if clf.train is not None else _train_modes(clf)[0]
 
 
 def encoder_options(clf: Any) -> dict:
     """Keyword options of the encoder factory; ``encoder_options`` override (None = the encoder's default)."""
     training = training_mode(clf)
-    if clf.encoder == "sru":
+    if training == "encoder":  # the SRU, trained as a whole
         options = {"hidden_size": clf.hidden_size, "num_layers": clf.num_layers, "dropout": clf.dropout,
                    "max_len": clf.max_len, "embeddings": clf.embeddings}
+    elif clf.encoder == "hashing":  # nothing to shape but its own options
+        options = {}
     elif training == "head":
         options = {"mode": "frozen", "hidden_size": clf.hidden_size, "num_layers": clf.num_layers,
                    "dropout": clf.dropout, "max_len": clf.max_len}
@@ -134,13 +160,10 @@ class ParamsMixin:
         for name, value in params.items():
             if name not in valid:
                 raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
-            if name == "batch_size" and not (is_int(value) and value >= 1):
-                raise DyntcError(f"batch_size must be an integer >= 1, got {value!r}")
+            check_param(name, value)
             if name == "device":
                 self._check_device(value)
             if name == "debias":
-                if not isinstance(value, bool):
-                    raise DyntcError(f"debias must be True or False, got {value!r}")
                 labels = getattr(self, "_labels", None)
                 if labels is not None and labels.debias != value:
                     labels.debias = value
@@ -159,7 +182,7 @@ class ParamsMixin:
 
     @staticmethod
     def _check_device(device: Any):
-        from dyntc.training import check_device
+        from dyntc.machine import check_device
 
         return check_device(device, "device")
 

@@ -19,7 +19,7 @@ from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
 from dyntc.classifier.model import MetricSpace
 from dyntc.classifier.params import space_options
-from dyntc.classifier.store import ModelStore, Snapshot, Transaction, is_store
+from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store, is_store
 from dyntc.errors import DyntcError, is_int
 
 
@@ -27,13 +27,13 @@ from dyntc.errors import DyntcError, is_int
 CLASSIFIER_FORMAT = 2
 
 
-def save_classifier(clf: Any, path: str | Path) -> Path:
-    path = Path(path)
+def save_classifier(clf: Any, path: str | Path) -> str | Path:
     store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
     with store.transaction() as txn:
         version = commit(clf, txn, "save", check_base=True)
-    mark_committed(clf, store.store_id(), version)
-    return path
+        store_id = txn.store_id
+    mark_committed(clf, store_id, version)
+    return store.location
 
 
 @contextmanager
@@ -129,6 +129,16 @@ def list_versions(path: str | Path, limit: int | None = None) -> list[dict]:
     return ModelStore.open(path).versions(limit)
 
 
+def prune_versions(path: str | Path, keep: int) -> dict:
+    return ModelStore.open(path).prune(keep)
+
+
+def copy_model(source: str | Path, target: str | Path) -> dict:
+    """Every kept version of the classifier at `source` copied to the new location `target` (a model
+    directory or a ``postgresql://`` URL, either way); returns a summary."""
+    return copy_store(source, target)
+
+
 def restore_version(path: str | Path, version: int) -> int:
     if not (is_int(version) and version >= 1):
         raise DyntcError(f"version must be an integer >= 1, got {version!r}")
@@ -140,10 +150,11 @@ def restore_version(path: str | Path, version: int) -> int:
 class PersistenceMixin:
     """:class:`~dyntc.classifier.DynamicClassifier`'s methods over its versioned model directory."""
 
-    def save(self, path: str | Path) -> Path:
-        """Commit the classifier to the model directory `path` as a new version.
+    def save(self, path: str | Path) -> str | Path:
+        """Commit the classifier to the model directory `path` (or a ``postgresql://`` URL) as a new
+        version; returns the location (a Path, or the URL).
 
-        The directory holds a versioned store (:mod:`dyntc.classifier.store`): saving a classifier
+        The location holds a versioned store (:mod:`dyntc.classifier.store`): saving a classifier
         loaded from `path` stores only the labels changed since, and fails with a clear error if
         another writer committed in between (its changes would be lost); saving any other classifier
         replaces the content, keeping the older versions restorable. A crash never leaves half a
@@ -169,8 +180,8 @@ class PersistenceMixin:
 
     @classmethod
     def load(cls, path: str | Path, version: int | None = None) -> Self:
-        """Load a saved classifier (its newest version, or `version`) on the CPU (set ``device``
-        afterwards to move it)."""
+        """Load a saved classifier (its newest version, or `version`) from a model directory or a
+        ``postgresql://`` URL, on the CPU (set ``device`` afterwards to move it)."""
         return load_classifier(cls, path, version)
 
     @property
@@ -189,3 +200,10 @@ class PersistenceMixin:
         """Make `version` of the classifier at `path` its newest version again (a new version; nothing
         is deleted). Returns the new version's id."""
         return restore_version(path, version)
+
+    @staticmethod
+    def prune(path: str | Path, keep: int) -> dict:
+        """Delete the versions of the classifier at `path` older than the newest `keep` (they can no
+        longer be loaded or restored) and compact its store. Returns a summary (versions removed, the
+        range kept, bytes before and after)."""
+        return prune_versions(path, keep)

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
-import torch
 import typer
 
 from dyntc.errors import DyntcError
@@ -31,7 +30,10 @@ labels_app = typer.Typer(
 _CSV = (".csv", ".tsv")
 _JSONL = (".jsonl", ".ndjson")
 
-ModelDir = Annotated[Path, typer.Argument(help="Model directory written by `dyntc fit`")]
+# A model's location: a directory, or a postgresql://host/db?model=NAME URL (docs/deployment.md).
+# Taken as text: a Path would fold the URL's '//'.
+ModelDir = Annotated[str, typer.Argument(help="Model directory written by `dyntc fit`, or a "
+                                              "postgresql://[user@]host[:port]/db?model=NAME URL")]
 
 
 def _err(msg: str) -> None:
@@ -134,13 +136,13 @@ def _gather(examples: Optional[list[str]], files: Optional[list[Path]], text_col
     return out
 
 
-def _load(model: Path):
+def _load(model: str):
     from dyntc.classifier import DynamicClassifier
 
     return DynamicClassifier.load(model)
 
 
-def _editing(model: Path):
+def _editing(model: str):
     """The saved classifier under its store's write lock; the change is committed as one version
     when the block ends (concurrent commands wait for each other, so none is lost)."""
     from dyntc.classifier import DynamicClassifier
@@ -158,7 +160,7 @@ def _print_labels(clf) -> None:
 
 def fit(
     data: Annotated[Path, typer.Option(help="Training data, .csv/.tsv or .jsonl")],
-    out: Annotated[Path, typer.Option(help="Model directory to write (replaced atomically)")],
+    out: Annotated[str, typer.Option(help="Model directory (or postgresql:// URL) to save to, as a new version")],
     text_col: Annotated[str, typer.Option(help="Column with the texts")] = "text",
     label_col: Annotated[str, typer.Option(help="Column with the labels")] = "label",
     dev: Annotated[Optional[Path], typer.Option(help="Dev data (same columns) for early stopping")] = None,
@@ -357,12 +359,29 @@ def labels_prune(
 ) -> None:
     """Delete versions older than the newest KEEP and give their disk space back (they can no longer be
     restored). Prints a JSON summary: versions removed, the range kept, bytes before and after."""
-    from dyntc.classifier.store import ModelStore
+    from dyntc.classifier.saving import prune_versions
 
-    result = ModelStore.open(model).prune(keep)
+    result = prune_versions(model, keep)
     first, head = result["kept"]
     _err(f"removed {result['versions_removed']} versions, kept {first}..{head}; "
          f"{result['bytes_before']:,} -> {result['bytes_after']:,} bytes")
+    print(json.dumps(result))
+
+
+@labels_app.command("copy")
+def labels_copy(
+    source: Annotated[str, typer.Argument(help="The model to copy: a model directory or a postgresql:// URL")],
+    target: Annotated[str, typer.Argument(help="Where to copy it: a new model directory or postgresql:// URL "
+                                               "(?model=NAME picks the model of the database)")],
+) -> None:
+    """Copy a model with every kept version (history, ids and bytes identical) to another location, e.g.
+    from a model directory into PostgreSQL or back. One transaction, verified before it commits; the
+    target must not hold a model. Prints a JSON summary."""
+    from dyntc.classifier.saving import copy_model
+
+    result = copy_model(source, target)
+    first, head = result["versions"]
+    _err(f"copied versions {first}..{head} of {result['source']} to {result['target']}")
     print(json.dumps(result))
 
 

@@ -1,4 +1,5 @@
-"""``dyntc serve``: the HTTP service (:mod:`dyntc.serve`) on a model directory written by ``dyntc fit``."""
+"""``dyntc serve``: the HTTP service (:mod:`dyntc.serve`) on a model directory written by ``dyntc fit``,
+or on a model in PostgreSQL that several replicas share (docs/deployment.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from dyntc.errors import DyntcError
 
 
 def serve(
-    model: Annotated[Path, typer.Argument(help="Model directory written by `dyntc fit`")],
+    model: Annotated[str, typer.Argument(help="Model directory written by `dyntc fit`, or a "
+                                              "postgresql://[user@]host[:port]/db?model=NAME URL shared by replicas")],
     host: Annotated[str, typer.Option(help="Address to listen on (not loopback: needs --token-file or --insecure)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on")] = 8080,
     token_file: Annotated[Optional[Path], typer.Option(help="Private file (chmod 600) holding the bearer token that writes need (>= 16 characters)")] = None,

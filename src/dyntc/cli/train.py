@@ -16,7 +16,7 @@ from rich.table import Table
 from dyntc import __version__
 from dyntc.checkpoint import save_model, write_json
 from dyntc.errors import DyntcError
-from dyntc.training import machine_description
+from dyntc.machine import machine_description
 
 console = Console(stderr=True)
 
@@ -65,11 +65,9 @@ def train(
     from dyntc.data.datasets import load
     from dyntc.encoders import create_encoder
     from dyntc.models import MODEL_NAMES, build_model
-    from dyntc.training import (
-        check_device,
-        check_out_dir,
-        Encoded, TrainConfig, prototypical_predict, supervised_accuracy, train_prototypical, train_supervised,
-    )
+    from dyntc.training import TrainConfig, train_prototypical, train_supervised
+    from dyntc.inference import Encoded, prototypical_predict, supervised_accuracy
+    from dyntc.machine import check_device, check_out_dir
 
     if model not in MODEL_NAMES:
         raise DyntcError(f"unknown model {model!r}: choose one of {', '.join(MODEL_NAMES)}")

@@ -19,7 +19,7 @@ and it halves the saved memory). The parameter gradients are summed per row in r
 reduced over the batch by torch.
 
 Tested without a GPU: ``TRITON_INTERPRET=1`` runs these kernels on CPU tensors (numerical
-equivalence with the reference path, tests/test_sru_triton.py), and ``triton.compile`` builds them
+equivalence with the reference path, tests/encoders/test_sru_triton.py), and ``triton.compile`` builds them
 for sm_80 / sm_90 from the CPU.
 """
 

@@ -13,7 +13,8 @@ same shape (weights then come from a state dict); it must include ``"kind"``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -60,22 +61,29 @@ def module_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
+    """`module` in eval mode within the block, back in the mode it was in afterwards (also on error)."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield module
+    finally:
+        module.train(was_training)
+
+
 @torch.no_grad()
 def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size: int = 256) -> torch.Tensor:
     """``fn(**batch)`` over `items` in eval mode, batches of similar length; rows in input order.
 
     `fn` is the encoder itself or a module built on it (a model's ``embed``, an MLP's logits)."""
-    was_training = fn.training
-    fn.eval()
     device = module_device(fn)
     order = np.argsort([len(x) for x in items], kind="stable")
     out = []
-    try:
+    with eval_mode(fn):
         for start in range(0, len(items), batch_size):
             chunk = [items[i] for i in order[start : start + batch_size]]
             out.append(fn(**to_device(encoder.collate(chunk), device)).float())
-    finally:
-        fn.train(was_training)
     if not out:
         raise DyntcError("nothing to embed: the list of texts is empty")
     result = torch.empty_like(torch.cat(out))

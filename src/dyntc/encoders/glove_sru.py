@@ -65,6 +65,15 @@ class GloveSRUEncoder(TextEncoder):
         self.output_dim = config.hidden_size
 
     @classmethod
+    def create(cls, name: str, train_texts: Sequence[str], **options) -> "GloveSRUEncoder":
+        """A fresh encoder whose vocabulary is the words of `train_texts` (options: GloveSRUConfig's fields)."""
+        return cls.from_texts(train_texts, GloveSRUConfig.from_options(**options))
+
+    @staticmethod
+    def check_options(name: str, **options) -> None:
+        GloveSRUConfig.from_options(**options)
+
+    @classmethod
     def from_texts(cls, texts: Sequence[str], config: GloveSRUConfig | None = None) -> "GloveSRUEncoder":
         """Build the vocabulary from (training) `texts` and look its words up in GloVe."""
         config = config or GloveSRUConfig()

@@ -176,9 +176,15 @@ def _embedding_dim(model) -> int:
     raise DyntcError("the sentence-transformers model does not report its embedding dimension")
 
 
-def _tokenize(model, texts: list[str]) -> dict[str, torch.Tensor]:
-    prep = getattr(model, "preprocess", None) or model.tokenize  # preprocess: sentence-transformers >= 6
-    return prep(texts)
+def _tokenize(model, texts: list[str], max_len: int | None = None) -> dict[str, torch.Tensor]:
+    """Token ids of `texts`, cut to `max_len` tokens (default: the model's ``max_seq_length``).
+    sentence-transformers >= 6 takes the length per call, so threads with different lengths never
+    touch the model's setting."""
+    if getattr(model, "preprocess", None) is not None:
+        return model.preprocess(texts) if max_len is None else model.preprocess(texts, max_length=max_len)
+    if max_len is not None:
+        model.max_seq_length = max_len
+    return model.tokenize(texts)
 
 
 def _cache_root() -> Path | None:
@@ -258,8 +264,9 @@ class _FrozenBackbone:
         self.dim = _embedding_dim(self.model)
         self.caches: dict[int, EmbeddingCache] = {}  # max_len -> text -> embedding
         self.lock = threading.Lock()  # held while touching the caches; never while the transformer runs
-        # held while the model is moved or configured and a batch tokenised (the tokenizer reads
-        # max_seq_length); the forward pass runs outside it, so threads embed concurrently
+        # held while the model is moved (and, with sentence-transformers < 6, while a batch is
+        # tokenised with its max_seq_length); tokenising and the forward pass run outside it, so
+        # threads embed concurrently
         self._prepare = threading.Lock()
         self.runtime = runtime
         self._onnx: OnnxTokenEmbeddings | None = None
@@ -287,11 +294,14 @@ class _FrozenBackbone:
         out = torch.empty(len(texts), self.dim, dtype=torch.float32)
         for start in range(0, len(texts), batch_size):
             idx = order[start : start + batch_size]
-            with self._prepare:
-                if self.model.device != device:
+            if self.model.device != device:
+                with self._prepare:
                     self.model.to(device)
-                self.model.max_seq_length = max_len
-                batch = _tokenize(self.model, [texts[i] for i in idx])
+            if getattr(self.model, "preprocess", None) is not None:  # the length goes with the call
+                batch = _tokenize(self.model, [texts[i] for i in idx], max_len)
+            else:  # older sentence-transformers read max_seq_length: set it and tokenise under the lock
+                with self._prepare:
+                    batch = _tokenize(self.model, [texts[i] for i in idx], max_len)
             batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
             if self.runtime == "torch":
                 emb = self.model(batch)["sentence_embedding"]
@@ -478,6 +488,10 @@ class PretrainedEncoder(TextEncoder):
         """
         config, cache = config_from_options(_canonical_name(name), **options)
         return cls(config, cache=cache)
+
+    @staticmethod
+    def check_options(name: str, **options) -> None:
+        config_from_options(_canonical_name(name), **options)
 
     def config(self) -> dict:
         return {"kind": "pretrained", **asdict(self.cfg), "input_dim": self.input_dim, "fingerprint": dict(self.fingerprint)}

@@ -16,7 +16,7 @@ most ``lorentz.COMPILED_MAX_POINTS`` points, where the n × n system is cheap.
 Sets run on ``torch.get_num_threads()`` threads (the kernel releases the GIL).
 
 numba's on-disk cache (``cache=True``) is keyed on this file alone and freezes module globals at
-compile time: after editing what it takes from ``lorentz`` (series thresholds and coefficients, the step-search constants) or
+compile time: after editing what it takes from ``_lorentz_series`` (series thresholds and coefficients, the step-search constants) or
 ``dyntc._compiled``, touch this file so that the kernels are recompiled.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit
 
 from dyntc._compiled import run_blocks
-from dyntc.geometry import lorentz as _lz
+from dyntc.geometry import _lorentz_series as _lz
 
 _T_SERIES = _lz._T_SERIES
 _Q_SERIES = _lz._Q_SERIES

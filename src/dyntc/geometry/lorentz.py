@@ -30,7 +30,6 @@ All functions broadcast over leading dimensions. Points are ``(..., d+1)``.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import warnings
 
@@ -59,23 +58,11 @@ __all__ = [
 # Scalar helpers: smooth functions of t = B(x, y) - 1 >= 0 (or of s = d² / q = |v|²)
 # ---------------------------------------------------------------------------------------------
 
-_T_SERIES = 1e-3  # below this, use Taylor series in t (truncation error < 1e-18 relative)
-_Q_SERIES = 1e-4  # the same for series in q = |v|² or s = d²
-
-# arccosh(1 + t)² = 2 sum_{n>=1} (-1)^{n+1} (2t)^n / (n² C(2n, n))      (= 2t - t²/3 + 4t³/45 - ...)
-_ACOSH_SQ = [2.0 * (-1) ** (n + 1) * 2.0**n / (n * n * math.comb(2 * n, n)) for n in range(1, 8)]
-# d / sinh d = arccosh(1+t) / sqrt(t (t + 2)) = 2F1(1, 1; 3/2; -t/2) = sum_k k! / (3/2)_k (-t/2)^k
-_D_OVER_SINH = [1.0]
-for _k in range(1, 7):
-    _D_OVER_SINH.append(_D_OVER_SINH[-1] * _k / (_k + 0.5) * -0.5)
-# (d coth d - 1) / d² in s = d²:  1/3 - s/45 + 2 s²/945 - s³/4725
-_KAPPA = [1.0 / 3.0, -1.0 / 45.0, 2.0 / 945.0, -1.0 / 4725.0]
-# cosh(sqrt q) = sum q^k / (2k)!,   sinh(sqrt q) / sqrt q = sum q^k / (2k+1)!
-_COSH = [1.0 / math.factorial(2 * k) for k in range(5)]
-_SINHC = [1.0 / math.factorial(2 * k + 1) for k in range(5)]
-# the step search of the Fréchet-mean solvers (both use these): Armijo constant, most halvings
-_ARMIJO_C1 = 1e-4
-_MAX_HALVINGS = 40
+# The series thresholds and coefficients, and the step-search constants, live in _lorentz_series so
+# that the numba kernels (_lorentz_kernels) read the same numbers without importing this module.
+from dyntc.geometry._lorentz_series import (  # noqa: E402
+    _ACOSH_SQ, _ARMIJO_C1, _COSH, _D_OVER_SINH, _KAPPA, _MAX_HALVINGS, _Q_SERIES, _SINHC, _T_SERIES,
+)
 
 
 def _poly(x: torch.Tensor, coefs: list[float]) -> torch.Tensor:

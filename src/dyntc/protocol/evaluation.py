@@ -11,20 +11,16 @@ import torch
 
 from dyntc.errors import DyntcError
 from dyntc.models import KNNProbe, PrototypicalNetwork
-from dyntc.training import Encoded, TrainResult, embed, embed_points
+from dyntc.encoders.base import embed
+from dyntc.training import TrainResult
+from dyntc.inference import Encoded, embed_points
 
 
 @torch.no_grad()
 def prototype_predict(model: PrototypicalNetwork, support_points: torch.Tensor, support_labels: np.ndarray,
                       n_classes: int, query_points: torch.Tensor) -> np.ndarray:
     """Class of each query point: its nearest prototype, the prototypes built from the support points."""
-    was = model.training
-    model.eval()
-    try:
-        protos = model.prototypes(support_points, torch.as_tensor(support_labels, device=support_points.device), n_classes)
-        return model.logits(query_points, protos).argmax(1).cpu().numpy()
-    finally:
-        model.train(was)
+    return model.nearest_prototypes(support_points, support_labels, n_classes, query_points).argmin(1).cpu().numpy()
 
 
 def knn_predict(features_support: torch.Tensor, labels: np.ndarray, features_query: torch.Tensor, k: int) -> np.ndarray:

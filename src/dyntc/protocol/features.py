@@ -15,7 +15,7 @@ import torch
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
 from dyntc.protocol.plan import RunPlan, derive_seed
-from dyntc.training import Encoded
+from dyntc.inference import Encoded
 
 
 @dataclass

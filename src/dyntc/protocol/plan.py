@@ -23,7 +23,8 @@ from dyntc.protocol.profiles import (
     get_profile,
     override,
 )
-from dyntc.training import TrainConfig, check_device
+from dyntc.training import TrainConfig
+from dyntc.machine import check_device
 
 
 def parse_int_list(text: str | None, what: str) -> tuple[int, ...] | None:

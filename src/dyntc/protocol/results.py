@@ -21,7 +21,7 @@ from dyntc.files import atomic_write, write_json
 from dyntc.models import load_trainable_state, trainable_state
 from dyntc.protocol.plan import RunPlan, cell_key, model_view, scratch_view
 from dyntc.protocol.profiles import MODEL_VARIANTS, VARIANTS
-from dyntc.training import check_out_dir, machine_description
+from dyntc.machine import check_out_dir, machine_description
 
 RESULTS_FORMAT = 1
 _ROW_ORDER = ("model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds")

@@ -37,15 +37,10 @@ from dyntc.protocol.features import RunEncoders
 from dyntc.protocol.plan import PRETRAIN_STOPPING, RunPlan, cell_key, derive_seed, model_view, without_stopping_rule
 from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
 from dyntc.stopping import chance_loss, ended_under
-from dyntc.training import (
-    Encoded,
-    TrainConfig,
-    embed,
-    embed_points,
-    machine_description,
-    train_prototypical,
-    train_supervised,
-)
+from dyntc.encoders.base import embed
+from dyntc.training import TrainConfig, train_prototypical, train_supervised
+from dyntc.inference import Encoded, embed_points
+from dyntc.machine import machine_description
 
 @dataclass
 class Unit:

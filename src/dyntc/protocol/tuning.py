@@ -32,7 +32,7 @@ from dyntc.files import write_json
 from dyntc.protocol.plan import RunPlan
 from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, parse_setting
 from dyntc.protocol.run import ProtocolRun
-from dyntc.training import check_out_dir
+from dyntc.machine import check_out_dir
 
 
 @dataclass

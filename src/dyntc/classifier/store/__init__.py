@@ -1,8 +1,24 @@
-"""A classifier on disk: one SQLite database holding every kept version of it.
+"""A classifier's versioned store: every kept version of it, in SQLite (a model directory) or in
+PostgreSQL (a ``postgresql://`` URL), with one implementation for both.
 
-Layout of a model directory::
+Where a store lives (its *location*):
 
-    MODEL_DIR/dyntc.sqlite    (plus -wal / -shm files while a process has it open)
+- a directory, ``MODEL_DIR/dyntc.sqlite`` (plus -wal / -shm files while a process has it open): the
+  embedded default (:mod:`dyntc.classifier.store.sqlite`);
+- ``postgresql://[user[:password]@]host[:port]/database[?model=NAME&...]``: one schema named ``NAME``
+  (default ``dyntc``) of a PostgreSQL database, so several models share one database and several
+  processes or machines share one model (:mod:`dyntc.classifier.store.postgres`; needs psycopg 3,
+  the ``postgres`` extra). Other query parameters go to libpq (``sslmode``, ``connect_timeout``...).
+
+The SQL below is written once; a small dialect object (:class:`Dialect`) supplies what differs:
+placeholders (``?``; PostgreSQL's driver gets ``%s``), column types (BLOB / BYTEA), how a reader and
+a writer open their transactions (``BEGIN IMMEDIATE``; ``BEGIN`` + ``pg_advisory_xact_lock`` on a
+key of the model), the PRAGMAs or session settings of a connection, error mapping, size on disk,
+compaction, and how other processes learn of a new version (LISTEN/NOTIFY, or polling). Callers
+never ask which backend they have. Statements both engines accept (``INSERT ... ON CONFLICT DO
+NOTHING``, partial indexes, explicit ids) are used as they are, so nothing is translated but the
+placeholders. Every id is chosen explicitly by the writer holding the lock (the largest + 1), so a
+store can be copied row for row between backends (:func:`copy_store`, ``dyntc labels copy``).
 
 Tables (store format 3):
 
@@ -36,60 +52,66 @@ every point must be finite, so a damaged store fails loudly (naming the version 
 blob) instead of silently predicting one label for every text. A commit refuses non-finite points.
 
 :meth:`ModelStore.prune` deletes the versions older than the newest few, with every row, content and
-blob only they used, and VACUUMs, so the file really shrinks. Format-2 stores (one ``examples`` table
+blob only they used, and compacts the store (SQLite: VACUUM, so the file really shrinks;
+PostgreSQL: VACUUM, so the space is reused). Format-2 stores (SQLite only: one ``examples`` table
 holding a full copy of every changed label per version) are upgraded in place when opened.
 
-Why SQLite rather than rewriting a directory of files: a commit is one transaction, so a process
-killed at any point (``kill -9``) leaves either the old or the new version, never half of one, and
-an acknowledged commit is on disk (``synchronous=FULL``). Writers take the database's write lock
-(``BEGIN IMMEDIATE``) for their whole read-modify-write, so concurrent writers (CLI commands, a
-library ``save``, the HTTP service) are serialised and none is lost; readers never block (WAL).
-Any earlier kept version can be restored as a new version.
+Why a transactional database rather than rewriting a directory of files: a commit is one
+transaction, so a process killed at any point (``kill -9``) leaves either the old or the new
+version, never half of one, and an acknowledged commit is durable (SQLite ``synchronous=FULL``;
+PostgreSQL's default ``synchronous_commit=on``). Writers take the store's write lock for their whole
+read-modify-write (SQLite's ``BEGIN IMMEDIATE``; PostgreSQL's transaction-scoped advisory lock of the
+model), so concurrent writers (CLI commands, a library ``save``, any number of HTTP services) are
+serialised and none is lost; readers never block (WAL; MVCC). Any earlier kept version can be
+restored as a new version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import sqlite3
+import re
+import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from dyntc import __version__
+from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError,
+                                           StoreUnavailableError, store_file)
 from dyntc.errors import DyntcError, is_int
+
+__all__ = ["LOCK_TIMEOUT_S", "POLL_S", "STORE_FILE", "STORE_FORMAT", "ModelStore", "Snapshot", "StoreFullError",
+           "StoreUnavailableError", "Transaction", "copy_store", "is_store", "is_url", "store_file"]
 
 STORE_FORMAT = 3  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table
 UPGRADABLE_FORMATS = (2,)  # upgraded in place by ModelStore.open
-STORE_FILE = "dyntc.sqlite"
-LOCK_TIMEOUT_S = 60.0  # how long a writer waits for another writer before failing loudly
-_SQLITE_HEADER = b"SQLite format 3\x00"
 
+# {int} and {blob} are the dialect's column types
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data {blob} NOT NULL)",
     """CREATE TABLE IF NOT EXISTS versions (
-        id INTEGER PRIMARY KEY, created TEXT NOT NULL, op TEXT NOT NULL, detail TEXT NOT NULL,
+        id {int} PRIMARY KEY, created TEXT NOT NULL, op TEXT NOT NULL, detail TEXT NOT NULL,
         model TEXT NOT NULL REFERENCES blobs(hash), weights TEXT NOT NULL REFERENCES blobs(hash),
-        n_labels INTEGER NOT NULL, n_examples INTEGER NOT NULL)""",
+        n_labels {int} NOT NULL, n_examples {int} NOT NULL)""",
     """CREATE TABLE IF NOT EXISTS contents (
-        id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, text TEXT NOT NULL, point BLOB NOT NULL)""",
-    "CREATE TABLE IF NOT EXISTS labels (id INTEGER PRIMARY KEY, added INTEGER NOT NULL)",
+        id {int} PRIMARY KEY, hash {blob} NOT NULL UNIQUE, text TEXT NOT NULL, point {blob} NOT NULL)""",
+    "CREATE TABLE IF NOT EXISTS labels (id {int} PRIMARY KEY, added {int} NOT NULL)",
     """CREATE TABLE IF NOT EXISTS names (
-        id INTEGER PRIMARY KEY, label INTEGER NOT NULL REFERENCES labels(id), name TEXT NOT NULL,
-        added INTEGER NOT NULL, removed INTEGER)""",
+        id {int} PRIMARY KEY, label {int} NOT NULL REFERENCES labels(id), name TEXT NOT NULL,
+        added {int} NOT NULL, removed {int})""",
     """CREATE TABLE IF NOT EXISTS members (
-        id INTEGER PRIMARY KEY, label INTEGER NOT NULL REFERENCES labels(id),
-        content INTEGER NOT NULL REFERENCES contents(id), part INTEGER NOT NULL, pos INTEGER NOT NULL,
-        added INTEGER NOT NULL, removed INTEGER)""",
+        id {int} PRIMARY KEY, label {int} NOT NULL REFERENCES labels(id),
+        content {int} NOT NULL REFERENCES contents(id), part {int} NOT NULL, pos {int} NOT NULL,
+        added {int} NOT NULL, removed {int})""",
     # one current label per name; the current names are what a commit starts from
     "CREATE UNIQUE INDEX IF NOT EXISTS names_alive ON names (name) WHERE removed IS NULL",
     # a commit diffs one label's current examples, in order, without touching its history
@@ -99,13 +121,68 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS members_removed ON members (removed)",
 ]
 
+#: The tables in the order a copy fills them (each refers only to those before it), with their columns.
+TABLES = {
+    "blobs": "hash, data",
+    "versions": "id, created, op, detail, model, weights, n_labels, n_examples",
+    "contents": "id, hash, text, point",
+    "labels": "id, added",
+    "names": "id, label, name, added, removed",
+    "members": "id, label, content, part, pos, added, removed",
+}
 
-class StoreFullError(DyntcError):
-    """The disk (or the store's size limit) is full: the write was rolled back, nothing was committed."""
+
+class Dialect(Protocol):
+    """What differs between the backends; one instance per :class:`ModelStore`."""
+
+    backend: str  #: "sqlite" or "postgresql" (reported by ``/healthz``)
+    where: str  #: the store as named in messages (a file, or a URL without its password)
+    path: Any  #: the location as given back to callers (a directory, or the URL)
+    types: dict[str, str]  #: column types for ``{int}`` and ``{blob}``
+    driver_error: type[Exception]  #: the base class of the driver's errors, mapped by :meth:`error`
+
+    def exists(self) -> bool: ...
+    def check_openable(self) -> None: ...
+    def prepare_create(self) -> None: ...
+    def connect(self, *, create: bool = False) -> Any: ...  # context manager -> a connection with execute/executemany
+    def begin_read(self, db: Any) -> None: ...
+    def begin_write(self, db: Any) -> None: ...
+    def commit(self, db: Any) -> None: ...
+    def rollback(self, db: Any) -> None: ...
+    def has_table(self, db: Any, name: str) -> bool: ...
+    def columns(self, db: Any, table: str) -> list[str]: ...
+    def not_a_store(self) -> DyntcError: ...
+    def error(self, exc: Exception) -> DyntcError: ...
+    def identity(self) -> object: ...
+    def check(self) -> None: ...
+    def size_bytes(self, db: Any) -> int: ...
+    def compact(self, db: Any) -> None: ...
+    def announce(self, db: Any, version: int) -> None: ...
+    def follow(self, stop: threading.Event, on_change: Callable[[], None]) -> None: ...
 
 
-class StoreUnavailableError(DyntcError):
-    """The store file is gone or cannot be read (deleted, moved, unmounted, permissions)."""
+def is_url(location: object) -> bool:
+    return isinstance(location, str) and re.match(r"^postgres(ql)?://", location) is not None
+
+
+def dialect_for(location: str | Path) -> Dialect:
+    """The dialect of a location: a ``postgresql://`` URL, or else a model directory."""
+    text = str(location)
+    if not is_url(text) and re.match(r"^postgres(ql)?:/[^/]", text):
+        # a URL that went through Path(), which folds '//' into '/'
+        text = text.replace(":/", "://", 1)
+    if is_url(text):
+        from dyntc.classifier.store.postgres import PostgresDialect
+
+        return PostgresDialect(text)
+    from dyntc.classifier.store.sqlite import SQLiteDialect
+
+    return SQLiteDialect(Path(location))
+
+
+def location_of(location: str | Path) -> str | Path:
+    """`location` as callers get it back: a URL as given, anything else a Path."""
+    return location if is_url(str(location)) else Path(location)
 
 
 @dataclass
@@ -149,176 +226,93 @@ def _points_tensor(blobs: Sequence[bytes], dim: int) -> torch.Tensor:
     return torch.from_numpy(np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1).copy())
 
 
-def store_file(path: str | Path) -> Path:
-    return Path(path) / STORE_FILE
-
-
-def is_store(path: str | Path) -> bool:
-    return store_file(path).is_file()
-
-
-def _file_bytes(file: Path) -> int:
-    """The store's size on disk: the database file and its write-ahead log."""
-    return sum(p.stat().st_size for p in (file, file.with_name(file.name + "-wal")) if p.exists())
-
-
-def _rollback(db: sqlite3.Connection) -> None:
-    # After some errors (SQLITE_FULL, I/O errors) SQLite has already rolled the transaction back, and a
-    # second ROLLBACK would raise and hide the error that matters.
-    if db.in_transaction:
-        try:
-            db.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass  # closing the connection rolls back whatever is left
+def is_store(location: str | Path) -> bool:
+    """Whether `location` holds a store (a directory with its file; a database schema with its tables)."""
+    return dialect_for(location).exists()
 
 
 class ModelStore:
-    """The versioned store of one model directory. Open with :meth:`open` or :meth:`create`."""
+    """The versioned store at one location. Open with :meth:`open` or :meth:`create`."""
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.file = store_file(path)
+    def __init__(self, location: str | Path):
+        self.dialect = dialect_for(location)
+        self.location = location_of(location)
+        self.path = self.dialect.path  # a directory, or the URL without its password
+        self.file = getattr(self.dialect, "file", None)  # SQLite's database file (None elsewhere)
+        self.where = self.dialect.where
+
+    @property
+    def backend(self) -> str:
+        return self.dialect.backend
 
     # ---------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, path: str | Path) -> "ModelStore":
-        """The store of an existing model directory, with a clear error for anything else. A store of
-        an older format is upgraded in place (one transaction: it is either fully upgraded or untouched)."""
-        path = Path(path)
-        if not path.is_dir():
-            raise DyntcError(f"model directory {str(path)!r} does not exist: create one with `dyntc fit` "
-                             "or DynamicClassifier.save")
-        if not store_file(path).is_file():
-            if (path / "config.json").is_file() and (path / "support.json").is_file():
-                raise DyntcError(f"{path} holds a classifier in the old directory format (format 1, before versioned "
-                                 "stores and calibration): fit it again with this dyntc and save it")
-            if (path / "config.json").is_file():
-                raise DyntcError(f"{path} holds a model saved by `dyntc train`, not a DynamicClassifier: "
-                                 "train one with `dyntc fit` or DynamicClassifier.fit")
-            raise DyntcError(f"{path} is not a dyntc model directory (no {STORE_FILE}): "
-                             "create one with `dyntc fit` or DynamicClassifier.save")
-        store = cls(path)
-        store._check_header()
+    def open(cls, location: str | Path) -> "ModelStore":
+        """The store at an existing location, with a clear error for anything else. A store of an
+        older format is upgraded in place (one transaction: it is either fully upgraded or untouched)."""
+        store = cls(location)
+        store.dialect.check_openable()
         with store._connect() as db:
             fmt = store._format(db)
             if fmt > STORE_FORMAT:
-                raise DyntcError(f"{store.file} is in store format {fmt}, written by a newer dyntc; this dyntc "
+                raise DyntcError(f"{store.where} is in store format {fmt}, written by a newer dyntc; this dyntc "
                                  f"{__version__} reads formats up to {STORE_FORMAT}: upgrade dyntc to open it")
             if fmt != STORE_FORMAT and fmt not in UPGRADABLE_FORMATS:
-                raise DyntcError(f"{store.file} is in store format {fmt}; this dyntc {__version__} reads format "
+                raise DyntcError(f"{store.where} is in store format {fmt}; this dyntc {__version__} reads format "
                                  f"{STORE_FORMAT} (and upgrades {', '.join(map(str, UPGRADABLE_FORMATS))}): "
                                  "use the dyntc version that wrote it")
             if fmt in UPGRADABLE_FORMATS:
                 store._upgrade(db)
             if store.head(db) == 0:
-                raise DyntcError(f"{store.file} has no committed version (its first save was interrupted): save again")
+                raise DyntcError(f"{store.where} has no committed version (its first save was interrupted): save again")
         return store
 
     @classmethod
-    def create(cls, path: str | Path) -> "ModelStore":
-        """A new, empty store in directory `path` (created if needed; must not hold another model)."""
-        path = Path(path)
-        if path.exists() and not path.is_dir():
-            raise DyntcError(f"{path} exists and is not a directory: choose another model path")
-        if path.is_dir() and not is_store(path) and any(path.iterdir()):
-            raise DyntcError(f"{path} exists and is not an empty directory or a dyntc model: "
-                             "choose another path or empty it")
-        path.mkdir(parents=True, exist_ok=True)
-        store = cls(path)
+    def create(cls, location: str | Path) -> "ModelStore":
+        """A new, empty store at `location` (a directory, created if needed, that must not hold
+        anything else; or a database schema, created if needed)."""
+        store = cls(location)
+        store.dialect.prepare_create()
+        d = store.dialect
         with store._connect(create=True) as db:
-            db.execute("BEGIN IMMEDIATE")
+            d.begin_write(db)
             try:
-                for statement in _SCHEMA:
+                for statement in store._schema():
                     db.execute(statement)
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(STORE_FORMAT),))
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (_now(),))
-                db.execute("COMMIT")
+                for key, value in (("format", str(STORE_FORMAT)), ("store_id", uuid.uuid4().hex), ("created", _now())):
+                    db.execute("INSERT INTO meta VALUES (?, ?) ON CONFLICT DO NOTHING", (key, value))
+                d.commit(db)
             except BaseException:
-                _rollback(db)
+                d.rollback(db)
                 raise
         return store
 
-    def _check_header(self) -> None:
-        """Refuse files SQLite would take for an empty database (a 0-byte file) or misread."""
-        try:
-            with open(self.file, "rb") as f:
-                header = f.read(len(_SQLITE_HEADER))
-        except FileNotFoundError as exc:
-            raise StoreUnavailableError(f"the store {self.file} is gone or unreadable ({exc.strerror})") from exc
-        except OSError as exc:
-            raise StoreUnavailableError(f"the store {self.file} is gone or unreadable ({exc})") from exc
-        if not header:
-            raise DyntcError(f"{self.file} is not a dyntc store (the file is empty, maybe from an interrupted "
-                             "first save): delete it and save again")
-        if header != _SQLITE_HEADER:
-            raise DyntcError(f"{self.file} is damaged or not a dyntc store (not an SQLite database)")
+    def _schema(self) -> list[str]:
+        return [statement.format(**self.dialect.types) for statement in _SCHEMA]
 
-    def _format(self, db: sqlite3.Connection) -> int:
-        if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone() is None:
-            raise DyntcError(f"{self.file} is not a dyntc store (an SQLite database without dyntc's tables)")
+    def _format(self, db: Any) -> int:
+        if not self.dialect.has_table(db, "meta"):
+            raise self.dialect.not_a_store()
         fmt = self._meta(db, "format")
         if fmt is None or not fmt.isdigit():
-            raise DyntcError(f"{self.file} is not a dyntc store (no store format recorded, got {fmt!r})")
+            raise DyntcError(f"{self.where} is not a dyntc store (no store format recorded, got {fmt!r})")
         return int(fmt)
 
     @contextmanager
-    def _connect(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
-        """A connection in autocommit mode (transactions are explicit), closed afterwards.
-
-        One connection per operation: cheap with SQLite, and safe across threads and processes. The
-        file is opened without ``create`` (except by :meth:`create`): a store deleted while a process
-        uses it must fail as gone, not silently come back as an empty database."""
-        if not create and not self.file.is_file():
-            raise StoreUnavailableError(f"the store {self.file} is gone or unreadable (it no longer exists): "
-                                        "nothing was read or written")
-        uri = f"file:{quote(str(self.file.absolute()))}?mode={'rwc' if create else 'rw'}"
+    def _connect(self, *, create: bool = False) -> Iterator[Any]:
+        """A connection in autocommit mode (transactions are explicit); the driver's errors become
+        dyntc's (:meth:`Dialect.error`)."""
+        d = self.dialect
         try:
-            db = sqlite3.connect(uri, uri=True, timeout=LOCK_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # an acknowledged commit survives power loss too
-            yield db
-        except sqlite3.DatabaseError as exc:
-            raise self._error(exc) from exc
-        finally:
-            db.close()
-
-    def _error(self, exc: sqlite3.Error) -> DyntcError:
-        """The user-facing error for an SQLite failure: what happened and what to do."""
-        code = getattr(exc, "sqlite_errorcode", None)
-        primary = None if code is None else code & 0xFF
-        if primary == sqlite3.SQLITE_FULL or "database or disk is full" in str(exc):
-            return StoreFullError(f"the disk holding {self.file} is full ({exc}): nothing was committed, the store "
-                                  "still holds its previous version; free some space (or prune old versions with "
-                                  "`dyntc labels prune`) and try again")
-        if primary == sqlite3.SQLITE_BUSY or (isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)):
-            return DyntcError(f"{self.file} stayed locked by another writer for {LOCK_TIMEOUT_S:.0f}s; "
-                              "try again when it is done")
-        if (primary in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_PERM, sqlite3.SQLITE_AUTH)
-                or code == getattr(sqlite3, "SQLITE_READONLY_DBMOVED", 1032) or not self.file.is_file()):
-            return StoreUnavailableError(f"the store {self.file} is gone or unreadable ({exc}): nothing was "
-                                         "committed; check that the model directory is still there and readable")
-        if primary == sqlite3.SQLITE_READONLY:
-            return DyntcError(f"{self.file} is read-only ({exc}): nothing was committed; make it writable to change it")
-        return DyntcError(f"{self.file} is damaged or not a dyntc store ({exc})")
-
-    def _identity(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self.file)
-        except OSError:
-            return None
-        return st.st_dev, st.st_ino
+            with d.connect(create=create) as db:
+                yield db
+        except d.driver_error as exc:
+            raise d.error(exc) from exc
 
     @staticmethod
-    def _meta(db: sqlite3.Connection, key: str) -> str | None:
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        except sqlite3.OperationalError:
-            return None
+    def _meta(db: Any, key: str) -> str | None:
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
     def head_version(self) -> int:
@@ -327,34 +321,48 @@ class ModelStore:
             return self.head(db)
 
     def check(self) -> None:
-        """Raise :class:`StoreUnavailableError` unless the store file is there and readable; cheap (a
-        stat and one indexed query), for health probes."""
-        if not self.file.is_file() or not os.access(self.file, os.R_OK):
-            raise StoreUnavailableError(f"the store {self.file} is gone or unreadable")
+        """Raise :class:`StoreUnavailableError` unless the store is there and readable; cheap, for
+        health probes."""
+        self.dialect.check()
         with self._connect() as db:
             db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
 
+    def size_bytes(self) -> int:
+        """The store's size on disk (SQLite: the file and its log; PostgreSQL: the schema's tables,
+        indexes and TOAST)."""
+        with self._connect() as db:
+            return self.dialect.size_bytes(db)
+
+    def follow(self, stop: threading.Event, on_change: Callable[[], None]) -> None:
+        """Call `on_change` whenever another process may have committed a version, until `stop` is
+        set (run it in a thread): at once on a PostgreSQL notification (or every ``POLL_S`` while the
+        listening connection is down), every ``POLL_S`` with SQLite. Errors of `on_change` are ignored
+        (it is called again on the next change)."""
+        self.dialect.follow(stop, on_change)
+
     # ---------------------------------------------------------------- upgrading
 
-    def _upgrade(self, db: sqlite3.Connection) -> None:
+    def _upgrade(self, db: Any) -> None:
         """Format 2 -> 3, in one transaction; every version stays readable with identical content.
 
         Format 2 kept one ``examples(id, label, text, point, added, removed[, part])`` row per example and
         version interval. Each row becomes a member (same id, and its id as position, so every version
         reads back in the same order), its text and point a shared content row, each label name one
         label identity whose name rows cover the versions in which the name had examples."""
-        db.execute("BEGIN IMMEDIATE")
+        d = self.dialect
+        d.begin_write(db)
         try:
             if self._format(db) == STORE_FORMAT:  # another process upgraded it while we waited
-                db.execute("COMMIT")
+                d.commit(db)
                 return
-            for statement in _SCHEMA:
+            for statement in self._schema():
                 db.execute(statement)
-            has_part = any(row[1] == "part" for row in db.execute("PRAGMA table_info(examples)"))
+            has_part = "part" in d.columns(db, "examples")
             label_ids: dict[str, int] = {}
             for (name,) in db.execute("SELECT DISTINCT label FROM examples ORDER BY label").fetchall():
                 first = db.execute("SELECT MIN(added) FROM examples WHERE label = ?", (name,)).fetchone()[0]
-                label_ids[name] = db.execute("INSERT INTO labels (added) VALUES (?)", (first,)).lastrowid
+                label_ids[name] = len(label_ids) + 1
+                db.execute("INSERT INTO labels (id, added) VALUES (?, ?)", (label_ids[name], first))
             # each name is alive wherever it had an example: merge its rows' intervals
             intervals = db.execute("SELECT label, added, removed FROM examples GROUP BY label, added, removed "
                                    "ORDER BY label, added").fetchall()
@@ -368,70 +376,76 @@ class ModelStore:
                 current = [name, added, removed]
             if current:
                 rows.append(tuple(current))
-            db.executemany("INSERT INTO names (label, name, added, removed) VALUES (?, ?, ?, ?)",
-                           [(label_ids[name], name, added, removed) for name, added, removed in rows])
+            db.executemany("INSERT INTO names (id, label, name, added, removed) VALUES (?, ?, ?, ?, ?)",
+                           [(i, label_ids[name], name, added, removed)
+                            for i, (name, added, removed) in enumerate(rows, 1)])
             contents: dict[bytes, int] = {}
             reader = db.execute(f"SELECT id, label, text, point, added, removed, {'part' if has_part else '0'} "
                                 "FROM examples ORDER BY id")
             while batch := reader.fetchmany(2000):
-                members = []
+                members, new = [], []
                 for id_, name, text, point, added, removed, part in batch:
                     key = _content_hash(text, bytes(point))
                     content = contents.get(key)
                     if content is None:
-                        content = contents[key] = db.execute(
-                            "INSERT INTO contents (hash, text, point) VALUES (?, ?, ?)", (key, text, point)).lastrowid
+                        content = contents[key] = len(contents) + 1
+                        new.append((content, key, text, point))
                     members.append((id_, label_ids[name], content, part, id_, added, removed))
+                db.executemany("INSERT INTO contents (id, hash, text, point) VALUES (?, ?, ?, ?)", new)
                 db.executemany("INSERT INTO members (id, label, content, part, pos, added, removed) "
                                "VALUES (?, ?, ?, ?, ?, ?, ?)", members)
             db.execute("DROP TABLE examples")
             db.execute("UPDATE meta SET value = ? WHERE key = 'format'", (str(STORE_FORMAT),))
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('upgraded', ?)", (f"2 -> {STORE_FORMAT} at {_now()}",))
-            db.execute("COMMIT")
+            db.execute("INSERT INTO meta VALUES ('upgraded', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                       (f"2 -> {STORE_FORMAT} at {_now()}",))
+            d.commit(db)
         except BaseException:
-            _rollback(db)
+            d.rollback(db)
             raise
         try:  # give back the space of the duplicated rows; an optimisation, so a busy store just keeps it
-            db.execute("VACUUM")
-        except sqlite3.OperationalError:
+            d.compact(db)
+        except DyntcError:
             pass
 
     # ---------------------------------------------------------------- reading
 
     @staticmethod
-    def head(db: sqlite3.Connection) -> int:
+    def head(db: Any) -> int:
         return db.execute("SELECT COALESCE(MAX(id), 0) FROM versions").fetchone()[0]
 
-    def _missing(self, db: sqlite3.Connection, version: object) -> DyntcError:
+    def _missing(self, db: Any, version: object) -> DyntcError:
         head = self.head(db)
         first = db.execute("SELECT COALESCE(MIN(id), 1) FROM versions").fetchone()[0]
         if is_int(version) and 1 <= version < first:
             return DyntcError(f"version {version} of {self.path} was pruned; the store keeps versions {first}..{head}")
         return DyntcError(f"{self.path} has no version {version!r}; its versions are {first}..{head}")
 
-    def read(self, version: int | None = None, db: sqlite3.Connection | None = None) -> Snapshot:
+    def read(self, version: int | None = None, db: Any = None) -> Snapshot:
         """The state of `version` (default: the newest), verified against its hashes."""
         if db is None:
             with self._connect() as db:
-                db.execute("BEGIN")  # one consistent snapshot across the queries below
+                self.dialect.begin_read(db)  # one consistent snapshot across the queries below
                 try:
                     return self.read(version, db)
                 finally:
-                    _rollback(db)
+                    self.dialect.rollback(db)
         head = self.head(db)
         version = head if version is None else version
+        if not is_int(version):
+            raise self._missing(db, version)
         row = db.execute("SELECT model, weights FROM versions WHERE id = ?", (version,)).fetchone()
         if row is None:
             raise self._missing(db, version)
         document = json.loads(self._blob(db, row[0], f"the model document of version {version}").decode("utf-8"))
         weights = self._blob(db, row[1], f"the weights of version {version}")
-        names = dict(db.execute("SELECT label, name FROM names WHERE added <= ?1 AND (removed IS NULL OR removed > ?1)",
-                                (version,)).fetchall())
+        names = dict(db.execute("SELECT label, name FROM names WHERE added <= ? AND (removed IS NULL OR removed > ?)",
+                                (version, version)).fetchall())
         rows = db.execute(
             "SELECT m.label, m.pos, m.id, m.part, c.id, c.hash, c.text, c.point FROM members m "
-            "JOIN contents c ON c.id = m.content WHERE m.removed IS NULL AND m.added <= ?1 "
+            "JOIN contents c ON c.id = m.content WHERE m.removed IS NULL AND m.added <= ? "
             "UNION ALL SELECT m.label, m.pos, m.id, m.part, c.id, c.hash, c.text, c.point FROM members m "
-            "JOIN contents c ON c.id = m.content WHERE m.removed > ?1 AND m.added <= ?1", (version,)).fetchall()
+            "JOIN contents c ON c.id = m.content WHERE m.removed > ? AND m.added <= ?",
+            (version, version, version)).fetchall()
         rows.sort(key=lambda r: (r[0], r[1], r[2]))
         grouped: dict[str, tuple[list[str], list[bytes], list[int]]] = {}
         checked: set[int] = set()
@@ -461,7 +475,7 @@ class ModelStore:
         return Snapshot(self._meta(db, "store_id") or "", version, document, weights, row[1], labels)
 
     @staticmethod
-    def _blob(db: sqlite3.Connection, key: str, what: str) -> bytes:
+    def _blob(db: Any, key: str, what: str) -> bytes:
         row = db.execute("SELECT data FROM blobs WHERE hash = ?", (key,)).fetchone()
         if row is None:
             raise DyntcError(f"the store is damaged: {what} (blob {key[:12]}) is missing; restore another version")
@@ -473,11 +487,9 @@ class ModelStore:
 
     def versions(self, limit: int | None = None) -> list[dict]:
         """Committed versions still kept, newest first: id, time, operation, detail, label and example counts."""
+        sql = "SELECT id, created, op, detail, n_labels, n_examples FROM versions ORDER BY id DESC"
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT id, created, op, detail, n_labels, n_examples FROM versions ORDER BY id DESC LIMIT ?",
-                (-1 if limit is None else int(limit),),
-            ).fetchall()
+            rows = (db.execute(sql) if limit is None else db.execute(sql + " LIMIT ?", (int(limit),))).fetchall()
         return [{"version": v, "created": c, "op": op, "detail": json.loads(d), "n_labels": nl, "n_examples": ne}
                 for v, c, op, d, nl, ne in rows]
 
@@ -490,31 +502,37 @@ class ModelStore:
     @contextmanager
     def transaction(self) -> Iterator["Transaction"]:
         """The write lock for a read-modify-write: other writers wait (up to ``LOCK_TIMEOUT_S``);
-        commits made through the transaction land when the block ends without error."""
+        commits made through the transaction land when the block ends without error, and the other
+        processes following the store are told (:meth:`follow`)."""
+        d = self.dialect
         with self._connect() as db:
-            opened = self._identity()
-            db.execute("BEGIN IMMEDIATE")
+            opened = d.identity()
+            d.begin_write(db)
             try:
-                yield Transaction(self, db)
+                txn = Transaction(self, db)
+                yield txn
                 # SQLite keeps writing to a database file deleted or replaced under it (into the
                 # orphaned write-ahead log), so a commit would be acknowledged and then lost.
-                if self._identity() != opened:
-                    raise StoreUnavailableError(f"the store {self.file} is gone or unreadable (it was deleted or "
+                if d.identity() != opened:
+                    raise StoreUnavailableError(f"the store {self.where} is gone or unreadable (it was deleted or "
                                                 "replaced while this write was under way): nothing was committed")
-                db.execute("COMMIT")
+                if txn.committed:
+                    d.announce(db, txn.head)  # delivered when (and only if) the commit lands
+                d.commit(db)
             except BaseException:
-                _rollback(db)
+                d.rollback(db)
                 raise
 
     def prune(self, keep: int) -> dict:
         """Delete every version older than the newest `keep`, with every row, content and blob only they
-        use, then VACUUM so the file shrinks. Returns the versions removed, the range kept and the
-        store's bytes on disk before and after."""
+        use, then compact the store. Returns the versions removed, the range kept and the store's bytes
+        on disk before and after."""
         if not is_int(keep) or keep < 1:
             raise DyntcError(f"keep must be an integer >= 1 (the newest version is always kept), got {keep!r}")
-        before = _file_bytes(self.file)
+        d = self.dialect
         with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            before = d.size_bytes(db)
+            d.begin_write(db)
             try:
                 head = self.head(db)
                 first = max(1, head - keep + 1)
@@ -522,35 +540,86 @@ class ModelStore:
                 # a row removed at or before the first kept version is alive in no kept version
                 db.execute("DELETE FROM names WHERE removed <= ?", (first,))
                 db.execute("DELETE FROM members WHERE removed <= ?", (first,))
-                db.execute("DELETE FROM labels WHERE id NOT IN (SELECT label FROM names)")
+                db.execute("DELETE FROM labels WHERE id NOT IN (SELECT label FROM names) "
+                           "AND id NOT IN (SELECT label FROM members)")
                 db.execute("DELETE FROM contents WHERE id NOT IN (SELECT content FROM members)")
                 db.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT model FROM versions UNION "
                            "SELECT weights FROM versions)")
-                db.execute("COMMIT")
+                d.commit(db)
             except BaseException:
-                _rollback(db)
+                d.rollback(db)
                 raise
-            # Deleted rows only become free pages; VACUUM (which cannot run inside a transaction)
-            # rewrites the file without them, and the checkpoint moves that into the file and empties
-            # the write-ahead log.
+            # Deleted rows only become free pages; compaction (which cannot run inside a transaction)
+            # gives them back (SQLite: to the file system; PostgreSQL: for reuse).
             try:
-                db.execute("VACUUM")
-            except sqlite3.DatabaseError as exc:
-                if self._error(exc).__class__ is not StoreFullError:
-                    raise
-                raise StoreFullError(f"versions before {first} of {self.file} were deleted, but the file could not "
-                                     f"be compacted ({exc}): VACUUM needs free disk space about the size of the "
-                                     "store; free some and run prune again") from exc
-            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return {"versions_removed": removed, "kept": [first, head], "bytes_before": before,
-                "bytes_after": _file_bytes(self.file)}
+                d.compact(db)
+            except StoreFullError as exc:
+                raise StoreFullError(f"versions before {first} of {self.where} were deleted, but the file could not "
+                                     f"be compacted ({exc.__cause__ or exc}): VACUUM needs free disk space about the "
+                                     "size of the store; free some and run prune again") from exc
+            after = d.size_bytes(db)
+        return {"versions_removed": removed, "kept": [first, head], "bytes_before": before, "bytes_after": after}
+
+
+def copy_store(source: str | Path, target: str | Path) -> dict:
+    """Copy every kept version of the store at `source` to a new store at `target` (any two locations:
+    directory to database, database to directory, database to database...). The copy has the same
+    versions, ids, history and bytes and a store id of its own; it is one transaction, verified by
+    reading its newest version back before it commits. `target` must not hold a model yet."""
+    src = ModelStore.open(source)
+    if is_store(target) and ModelStore(target).head_version() > 0:
+        raise DyntcError(f"{ModelStore(target).where} already holds a model: copy into a new location")
+    dst = ModelStore.create(target)
+    counts = {}
+    with src._connect() as sdb, dst._connect() as ddb:
+        src.dialect.begin_read(sdb)
+        dst.dialect.begin_write(ddb)
+        try:
+            if dst.head(ddb) != 0:
+                raise DyntcError(f"{dst.where} was written to while the copy began: copy into a new location")
+            for table, columns in TABLES.items():
+                n = len(columns.split(","))
+                insert = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['?'] * n)})"
+                cursor = sdb.execute(f"SELECT {columns} FROM {table} ORDER BY 1")
+                counts[table] = 0
+                while batch := cursor.fetchmany(1000):
+                    ddb.executemany(insert, [tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
+                                             for row in batch])
+                    counts[table] += len(batch)
+            ddb.execute("INSERT INTO meta VALUES ('copied', ?) ON CONFLICT DO NOTHING",
+                        (f"from {src.where} (store {ModelStore._meta(sdb, 'store_id')}) at {_now()}",))
+            head = src.head(sdb)
+            if head:
+                a, b = src.read(head, sdb), dst.read(head, ddb)
+                if (a.weights_hash, a.document, sorted(a.labels)) != (b.weights_hash, b.document, sorted(b.labels)) or \
+                        any(a.labels[n][0] != b.labels[n][0] or not torch.equal(a.labels[n][1], b.labels[n][1])
+                            for n in a.labels):
+                    raise DyntcError(f"the copy of {src.where} does not read back equal: nothing was committed")
+                dst.dialect.announce(ddb, head)
+            dst.dialect.commit(ddb)
+        except BaseException:
+            dst.dialect.rollback(ddb)
+            raise
+        finally:
+            src.dialect.rollback(sdb)
+    first = min((v["version"] for v in dst.versions()), default=0)
+    return {"source": src.where, "target": dst.where, "versions": [first, head], "rows": counts}
 
 
 class Transaction:
     """What a writer holding the lock can do: read the head, commit new versions, restore old ones."""
 
-    def __init__(self, store: ModelStore, db: sqlite3.Connection):
+    def __init__(self, store: ModelStore, db: Any):
         self.store, self.db = store, db
+        self.committed = False  # whether a version was written (the others are told when it lands)
+        self._next: dict[str, int] = {}
+
+    def _new_id(self, table: str) -> int:
+        """The next id of `table` (ids are chosen here, under the lock, the same way on every backend)."""
+        if table not in self._next:
+            self._next[table] = self.db.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {table}").fetchone()[0]
+        self._next[table] += 1
+        return self._next[table] - 1
 
     @property
     def head(self) -> int:
@@ -565,7 +634,7 @@ class Transaction:
 
     def _put(self, data: bytes, known: str | None = None) -> str:
         key = known or _digest(data)
-        self.db.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?)", (key, data))
+        self.db.execute("INSERT INTO blobs VALUES (?, ?) ON CONFLICT DO NOTHING", (key, data))
         return key
 
     def has_blob(self, key: str) -> bool:
@@ -593,8 +662,12 @@ class Transaction:
             content = cache.get(key)
             if content is None:
                 row = self.db.execute("SELECT id FROM contents WHERE hash = ?", (key,)).fetchone()
-                content = row[0] if row else self.db.execute(
-                    "INSERT INTO contents (hash, text, point) VALUES (?, ?, ?)", (key, text, blob)).lastrowid
+                if row:
+                    content = row[0]
+                else:
+                    content = self._new_id("contents")
+                    self.db.execute("INSERT INTO contents (id, hash, text, point) VALUES (?, ?, ?, ?)",
+                                    (content, key, text, blob))
                 cache[key] = content
             out.append((content, int(part)))
         return out
@@ -605,6 +678,7 @@ class Transaction:
         self.db.execute("INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (version, _now(), op, json.dumps(detail, ensure_ascii=False), model_key, weights_key,
                          n_labels, n_examples))
+        self.committed = True
         return version
 
     # ------------------------------------------------------------ commit
@@ -668,7 +742,6 @@ class Transaction:
         db.executemany("UPDATE members SET removed = ? WHERE label = ? AND removed IS NULL",
                        [(version, alive[name]) for name in gone if alive[name] not in reused])
 
-        next_id = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM members").fetchone()[0]
         closed, added = [], []
         for name, seq in targets.items():
             if name in alive or name in reuse:
@@ -688,14 +761,17 @@ class Transaction:
                     j, k = i + 1, k + 1
                 closed += [(version, m[0]) for m in members if m[0] not in kept]
                 if name in reuse:
-                    db.execute("INSERT INTO names (label, name, added) VALUES (?, ?, ?)", (label, name, version))
+                    db.execute("INSERT INTO names (id, label, name, added) VALUES (?, ?, ?, ?)",
+                               (self._new_id("names"), label, name, version))
             else:
-                label = db.execute("INSERT INTO labels (added) VALUES (?)", (version,)).lastrowid
-                db.execute("INSERT INTO names (label, name, added) VALUES (?, ?, ?)", (label, name, version))
+                label = self._new_id("labels")
+                db.execute("INSERT INTO labels (id, added) VALUES (?, ?)", (label, version))
+                db.execute("INSERT INTO names (id, label, name, added) VALUES (?, ?, ?, ?)",
+                           (self._new_id("names"), label, name, version))
                 k = 0
             for content, part in seq[k:]:
-                added.append((next_id, label, content, part, next_id, version))
-                next_id += 1
+                member = self._new_id("members")
+                added.append((member, label, content, part, member, version))
         db.executemany("UPDATE members SET removed = ? WHERE id = ?", closed)
         db.executemany("INSERT INTO members (id, label, content, part, pos, added) VALUES (?, ?, ?, ?, ?, ?)", added)
         return self._finish(version, op, detail, model_key, weights_key)
@@ -709,22 +785,25 @@ class Transaction:
         (a member as a copy keeping its position, so the order is the old one), those alive now but not
         then are closed; contents are shared, never copied."""
         db = self.db
-        row = db.execute("SELECT model, weights FROM versions WHERE id = ?", (version,)).fetchone()
+        row = db.execute("SELECT model, weights FROM versions WHERE id = ?", (version,)).fetchone() \
+            if is_int(version) else None
         if row is None:
             raise self.store._missing(db, version)
         new = self.head + 1
-        then = dict(db.execute("SELECT label, name FROM names WHERE added <= ?1 AND (removed IS NULL OR removed > ?1)",
-                               (version,)).fetchall())
+        then = dict(db.execute("SELECT label, name FROM names WHERE added <= ? AND (removed IS NULL OR removed > ?)",
+                               (version, version)).fetchall())
         now = dict(db.execute("SELECT label, name FROM names WHERE removed IS NULL").fetchall())
         db.executemany("UPDATE names SET removed = ? WHERE label = ? AND removed IS NULL",
                        [(new, label) for label, name in now.items() if then.get(label) != name])
-        db.executemany("INSERT INTO names (label, name, added) VALUES (?, ?, ?)",
-                       [(label, name, new) for label, name in then.items() if now.get(label) != name])
+        db.executemany("INSERT INTO names (id, label, name, added) VALUES (?, ?, ?, ?)",
+                       [(self._new_id("names"), label, name, new) for label, name in then.items()
+                        if now.get(label) != name])
         was = {r[0]: r[1:] for r in db.execute(
-            "SELECT id, label, content, part, pos FROM members WHERE removed IS NULL AND added <= ?1 UNION ALL "
-            "SELECT id, label, content, part, pos FROM members WHERE removed > ?1 AND added <= ?1", (version,))}
+            "SELECT id, label, content, part, pos FROM members WHERE removed IS NULL AND added <= ? UNION ALL "
+            "SELECT id, label, content, part, pos FROM members WHERE removed > ? AND added <= ?",
+            (version, version, version))}
         current = {r[0] for r in db.execute("SELECT id FROM members WHERE removed IS NULL")}
         db.executemany("UPDATE members SET removed = ? WHERE id = ?", [(new, m) for m in current if m not in was])
-        db.executemany("INSERT INTO members (label, content, part, pos, added) VALUES (?, ?, ?, ?, ?)",
-                       [(*was[m], new) for m in sorted(was) if m not in current])
+        db.executemany("INSERT INTO members (id, label, content, part, pos, added) VALUES (?, ?, ?, ?, ?, ?)",
+                       [(self._new_id("members"), *was[m], new) for m in sorted(was) if m not in current])
         return self._finish(new, "restore", {"version": version}, row[0], row[1])

@@ -22,7 +22,7 @@ from dyntc.data.datasets import (
 from dyntc.data.hierarchy import ROOT
 from dyntc.errors import DyntcError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("DYNTC_DATA") or REPO.parent / "shared" / "datasets").absolute()
 WOS_PARTIAL = DATA / "wos46985-partial"
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from _server import TOKEN, Server
+from _server import Server
 
 from dyntc import DynamicClassifier
 

@@ -5,12 +5,10 @@ every loop bounded."""
 import json
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from _server import TOKEN, Server
@@ -136,6 +134,9 @@ def test_without_a_token_cross_site_writes_are_refused(open_server):
     status, body = open_server.call("POST", "/labels", {"name": "evil", "examples": ["x"]}, token=None,
                                     headers={"Origin": "http://evil.example"})
     assert status == 403 and "evil.example" in body["error"]
+    status, body = open_server.call("POST", "/labels", {"name": "evil", "examples": ["x"]}, token=None,
+                                    headers={"Origin": "null"})  # a sandboxed page
+    assert status == 403
     status, body = open_server.call("POST", "/labels", {"name": "evil", "examples": ["x"]}, token=None,
                                     headers={"Sec-Fetch-Site": "cross-site"})
     assert status == 403

@@ -18,7 +18,8 @@ from dyntc.protocol import ProtocolRun, accuracies, make_plan, model_view
 from dyntc.protocol.evaluation import logreg_predict
 from dyntc.runner import reproduce
 from dyntc.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
-from dyntc.training import Encoded, machine_description
+from dyntc.inference import Encoded
+from dyntc.machine import machine_description
 
 ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
             "shortfall", "n_test", "n_test_new", "steps"}
@@ -911,7 +912,7 @@ def test_overrides_are_parsed_in_one_place():
 @pytest.mark.parametrize("script, extra", [("scratch_warmup_probe", []), ("hyp_diagnose", ["--out", "OUT"])])
 def test_diagnostic_scripts_refuse_a_bad_set_by_name(script, extra, tmp_path, capsys):
     """scripts/scratch_warmup_probe.py and scripts/hyp_diagnose.py: a bad --set is a usage error, before any work."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     try:
         module = __import__(script)
     finally:
@@ -1045,7 +1046,7 @@ def test_progress_credits_early_stopped_stages_and_gives_both_etas():
 def test_replay_stopping_script_finds_a_rule_change(tiny_run, tmp_path, capsys):
     """scripts/replay_stopping.py: a run replays to its own stops under its rule (status 0), and a
     history whose stop the rule would have placed elsewhere is reported (status 1)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     try:
         import replay_stopping
     finally:
@@ -1122,7 +1123,7 @@ def _write(path: Path, text: str) -> Path:
 def test_compare_runs_script_pairs_each_cell_with_the_same_models_other_variant(capsys, monkeypatch, tmp_path):
     """scripts/compare_runs.py --versus-variant: the gain of fine-tuning, split by split, beside the
     paper's (its Table 2 fine-tuned minus its Table 3 un-tuned, where both print the n_fine)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     try:
         import compare_runs
     finally:
@@ -1173,7 +1174,7 @@ def test_compare_runs_claims_table_pairs_cells_split_by_split(capsys):
     """scripts/compare_runs.py --claims: each claim's paired difference averaged over the splits both
     cells have, `(k/n)` where a model is not ahead on every split, the paper's difference in brackets,
     and the relative error reduction of pretraining where scratch cells exist."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     try:
         import compare_runs
     finally:
@@ -1212,7 +1213,7 @@ def test_quick_keeps_sents_skewed_dev_set_whole_and_caps_the_others(sent, tmp_pa
 def test_pretrain_stage_script_takes_the_runs_device_and_embeddings(tmp_path):
     """scripts/pretrain_stage.py runs a selection stage where `dyntc reproduce` would (--device,
     --embeddings reach the plan); a device that is not there is a one-line exit, before any work."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     try:
         import pretrain_stage
     finally:

@@ -568,8 +568,10 @@ def test_train_backbone_on_cuda(clinc):
 
 
 @pytest.mark.parametrize("params, match", [
-    (dict(encoder="sru", train="none"), "does not apply to the SRU"),
-    (dict(train="everything"), "train must be one of"),
+    (dict(encoder="sru", train="none"), "train='none' does not apply to encoder 'sru', which takes 'encoder'"),
+    (dict(train="everything"), "train='everything' does not apply to encoder 'minilm', which takes 'none' or "
+                               "'backbone' or 'head'"),
+    (dict(encoder="hashing", train="head"), "does not apply to encoder 'hashing'"),
     (dict(train="head", encoder_options={"train_layers": 2}), "train_layers applies to mode='finetune' only"),
     (dict(train="backbone", encoder_options={"train_layers": 0}), "train_layers must be None"),
     (dict(train="backbone", hard_fraction=0.6), r"hard_fraction must be a number in \[0, 0.5\].*got 0.6"),

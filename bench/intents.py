@@ -1,0 +1,528 @@
+"""Intent-classification benchmark on frozen all-MiniLM-L6-v2 embeddings: the product's scorer and
+its designs against the static peers, every approach on the same cached embeddings in one run.
+
+Scenarios, per dataset (``clinc150``, ``hwu64``):
+
+- ``generalized``: per seed, a random third of the intents is *new* (``--new-shots`` random training
+  examples each, added after fitting), the rest *old* (all of their training texts, fitted first).
+  Accuracy on the evaluated split over all intents: old / new / all. Dynamic approaches are scored
+  twice: ``now`` right after the labels were added (no training) and ``refreshed`` after their
+  background refresh (a head retrained on every stored example); static peers only exist retrained.
+- ``fewshot-K``: every intent a label with K random training examples (one draw per seed); accuracy.
+- ``oos`` (CLINC150, on the generalized scenario's refreshed state): AUROC of the in-scope texts
+  against the out-of-scope ones, scored by each approach's top label score; and the out-of-scope
+  recall at the threshold that costs at most 2 points of in-scope accuracy (a rejected in-scope
+  text counts as an error). ``--split test``: threshold chosen on val (+ oos_val), measured on test
+  (+ oos_test). ``--split dev``: val and oos_val are cut in two halves (fixed seed): threshold on one,
+  measured on the other; AUROC on all of val.
+
+``--split dev`` scores CLINC150's val split and HWU64's valid split (designs are chosen there);
+``--split test`` the official test splits (reported figures only). Embeddings are computed once with
+the product's encoder path and cached under ``runs/intents_cache/``.
+
+SetFit is not part of this bench: it is not installed here and fine-tunes the encoder for ~10
+minutes per fit on a CPU (docs/results.md §9.2 has one measurement).
+
+    DYNTC_DATA=../shared/datasets python -m bench.intents --split dev
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+APPROACHES_DEFAULT = ("centroid", "cosine", "dc-default", "lr", "lr-balanced", "head")
+# published frozen-encoder few-shot anchor: USE+ConveRT (Casanueva et al. 2020), accuracy at 5 / 10 shots
+ANCHORS = {"clinc150": {5: 90.49, 10: 93.26}, "hwu64": {5: 80.01, 10: 85.83}}
+# "head:<key>=<value>,..." overrides these HeadConfig fields (defaults: HeadConfig's, chosen on dev)
+HEAD_KEYS = {"tau": "tau", "pull": "pull", "pw": "proto_weight", "scale": "scale", "ls": "learn_scale",
+             "iter": "max_iter", "off": "imprint_offset"}
+
+
+# --------------------------------------------------------------------------- approaches
+
+
+class Approach:
+    """Interface: fit(x, y) on the old labels, add(c, x) a new label, refresh(), scores(x) -> (n, C_all)
+    with -inf for labels absent. ``dynamic``: has a state before refresh."""
+
+    dynamic = True
+
+    def __init__(self, n_classes: int):
+        self.n_classes = n_classes
+        self.support: dict[int, np.ndarray] = {}
+        self.refresh_seconds = 0.0
+        self.add_ms: list[float] = []
+
+    def fit(self, x, y):
+        for c in np.unique(y):
+            self.support[int(c)] = x[y == c]
+
+    def add(self, c, x):
+        t0 = time.perf_counter()
+        self.support[int(c)] = x
+        self._added(int(c))
+        self.add_ms.append(1000 * (time.perf_counter() - t0))
+
+    def _added(self, c):
+        pass
+
+    def refresh(self):
+        pass
+
+    def predict_top(self, q):
+        """(predicted label ids, in-scope score = the top score)."""
+        s = self.scores(q)
+        return s.argmax(1), s.max(1)
+
+    def _stack(self):
+        labels = sorted(self.support)
+        x = np.concatenate([self.support[c] for c in labels])
+        y = np.concatenate([np.full(len(self.support[c]), c) for c in labels])
+        return labels, x, y
+
+    def _full(self, labels, s):
+        out = np.full((len(s), self.n_classes), -np.inf, dtype=np.float64)
+        out[:, labels] = s
+        return out
+
+
+class Prototypes(Approach):
+    """``centroid`` (−d²), ``dc-default`` (−(d² − σ²/n), the product's label set) or ``cosine``."""
+
+    def __init__(self, n_classes, kind):
+        super().__init__(n_classes)
+        self.kind = kind
+
+    def scores(self, q):
+        from dyntc.classifier.head import normalize, pooled_spread, prototype_scores, prototypes
+
+        labels, x, y = self._stack()
+        ids = np.searchsorted(labels, y)
+        means, counts, spread = prototypes(x, ids, len(labels))
+        if self.kind == "cosine":
+            s = normalize(q) @ normalize(means).T
+        else:
+            s = prototype_scores(q, means, counts, pooled_spread(spread, counts), debias=self.kind == "dc-default")
+        return self._full(labels, s)
+
+
+class ProductLabelSet(Prototypes):
+    """``DynamicClassifier()``'s own LabelSet (frozen MiniLM, Euclidean, debias) over the cached points."""
+
+    space = None
+
+    def __init__(self, n_classes):
+        super().__init__(n_classes, "dc-default")
+
+    @classmethod
+    def metric_space(cls):
+        if cls.space is None:
+            from dyntc import DynamicClassifier
+
+            clf = DynamicClassifier().fit(["book a table", "reserve a table", "what is the weather", "is it raining"],
+                                          ["book", "book", "weather", "weather"])
+            cls.space = clf.space_
+        return cls.space
+
+    def scores(self, q):
+        import torch
+
+        from dyntc.classifier.labels import LabelSet
+
+        labels = sorted(self.support)
+        groups = {str(c): ([f"t{c}-{i}" for i in range(len(self.support[c]))], torch.as_tensor(self.support[c]))
+                  for c in labels}
+        label_set = LabelSet.from_groups(self.metric_space(), groups, debias=True)
+        order = [int(c) for c in label_set.classes]
+        s = -label_set.sq_distances(torch.as_tensor(q)).double().numpy()
+        return self._full(order, s)
+
+
+class LogReg(Approach):
+    """scikit-learn LogisticRegression retrained on every stored example (static: no state before refresh)."""
+
+    dynamic = False
+
+    def __init__(self, n_classes, balanced):
+        super().__init__(n_classes)
+        self.balanced = balanced
+        self.model = None
+
+    def refresh(self):
+        from sklearn.linear_model import LogisticRegression
+
+        labels, x, y = self._stack()
+        t0 = time.perf_counter()
+        self.model = LogisticRegression(class_weight="balanced" if self.balanced else None, max_iter=2000).fit(x, y)
+        self.refresh_seconds = time.perf_counter() - t0
+
+    def scores(self, q):
+        return self._full([int(c) for c in self.model.classes_], self.model.predict_log_proba(q))
+
+
+class Head(Approach):
+    """``dyntc.classifier.head.CosineHead``: imprinted weights at once, a trained cosine head after refresh."""
+
+    def __init__(self, n_classes, spec):
+        from dyntc.classifier.head import CosineHead, HeadConfig
+
+        super().__init__(n_classes)
+        kinds = {"learn_scale": lambda v: bool(int(v)), "max_iter": int}
+        spec = dict(spec)
+        self.oos = spec.pop("oos", "head")
+        if self.oos not in ("head", "proto"):
+            raise SystemExit(f"head option oos must be head or proto, got {self.oos!r}")
+        self.config = HeadConfig(**{HEAD_KEYS[k]: kinds.get(HEAD_KEYS[k], float)(v) for k, v in spec.items()})
+        self.head = CosineHead(self.config)
+
+    def fit(self, x, y):
+        for c in np.unique(y):
+            self.head.add_label(f"{int(c):04d}", x[y == c])
+
+    def add(self, c, x):
+        t0 = time.perf_counter()
+        self.head.add_label(f"{int(c):04d}", x)
+        self.head.scores(x[:1])  # the label is effective: the next query is scored with it
+        self.add_ms.append(1000 * (time.perf_counter() - t0))
+
+    def refresh(self):
+        info = self.head.refresh()
+        self.refresh_seconds = info["seconds"]
+        self.info = info
+
+    def scores(self, q):
+        return self._full([int(c) for c in self.head.classes], self.head.scores(q))
+
+    def predict_top(self, q):
+        """oos=proto: the head predicts, the product's nearest-label score (−min(d² − σ²/n)) is the in-scope score."""
+        s = self.scores(q)
+        if self.oos == "head":
+            return s.argmax(1), s.max(1)
+        from dyntc.classifier.head import prototype_scores
+
+        _, means, counts, sigma2, _, _, _ = self.head._state()
+        return s.argmax(1), prototype_scores(q, means, counts, sigma2).max(1)
+
+
+class Cache(Approach):
+    """Tip-Adapter-like example cache (Zhang et al. 2022) on a base scorer: ``base + scale · alpha ·
+    mean_{i in c} exp(-beta (1 - cos(x, x_i)))`` over every stored example of label c (a per-label mean,
+    so a 100-example label does not outweigh a 5-example one). Base ``dc`` (the product's debiased
+    prototype score × 16) or ``head`` (the chosen cosine head)."""
+
+    def __init__(self, n_classes, opts):
+        super().__init__(n_classes)
+        self.alpha, self.beta = float(opts.get("alpha", 1.0)), float(opts.get("beta", 5.0))
+        self.base = Head(n_classes, {}) if opts.get("base", "dc") == "head" else ProductLabelSet(n_classes)
+
+    def fit(self, x, y):
+        super().fit(x, y)
+        self.base.fit(x, y)
+
+    def add(self, c, x):
+        t0 = time.perf_counter()
+        self.support[int(c)] = x
+        self.base.add(c, x)
+        self.add_ms.append(1000 * (time.perf_counter() - t0))
+
+    def refresh(self):
+        self.base.refresh()
+        self.refresh_seconds = self.base.refresh_seconds
+
+    def scores(self, q):
+        labels, x, y = self._stack()
+        ids = np.searchsorted(labels, y)
+        base = self.base.scores(q)
+        scale = 16.0 if isinstance(self.base, ProductLabelSet) else 1.0
+        counts = np.bincount(ids, minlength=len(labels)).astype(np.float64)
+        cache = np.zeros((len(q), len(labels)))
+        for start in range(0, len(q), 512):
+            k = np.exp(-self.beta * (1.0 - q[start:start + 512] @ x.T))
+            cache[start:start + 512] = np.stack([np.bincount(ids, weights=row, minlength=len(labels)) for row in k])
+        cache /= counts[None, :]
+        out = base * scale
+        out[:, labels] += 16.0 * self.alpha * cache
+        return out
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    name, _, rest = spec.partition(":")
+    opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv) if rest else {}
+    return name, opts
+
+
+def make(spec: str, n_classes: int) -> Approach:
+    name, opts = parse_spec(spec)
+    if name in ("centroid", "cosine"):
+        return Prototypes(n_classes, name)
+    if name == "dc-default":
+        return ProductLabelSet(n_classes)
+    if name in ("lr", "lr-balanced"):
+        return LogReg(n_classes, name == "lr-balanced")
+    if name == "cache":
+        return Cache(n_classes, opts)
+    if name == "head":
+        unknown = set(opts) - set(HEAD_KEYS) - {"oos"}
+        if unknown:
+            raise SystemExit(f"unknown head options {sorted(unknown)}; known: {sorted(HEAD_KEYS) + ['oos']}")
+        return Head(n_classes, opts)
+    raise SystemExit(f"unknown approach {spec!r}")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def accuracy(scores, y, mask=None):
+    ok = scores.argmax(1) == y
+    return 100 * float(ok[mask].mean() if mask is not None else ok.mean())
+
+
+def oos_metrics(ap, ev_in, ev_out, cal_in, cal_out, max_drop=0.02):
+    """AUROC (in-scope vs out-of-scope by the approach's in-scope score), and in-scope accuracy with
+    rejection / OOS recall at the threshold chosen on the calibration texts (≤ `max_drop` in-scope accuracy)."""
+    import torch
+    from sklearn.metrics import roc_auc_score
+
+    from dyntc.classifier.calibration import choose_threshold
+
+    pred_in, top_in = ap.predict_top(ev_in.x)
+    _, top_out = ap.predict_top(ev_out.x)
+    auroc = roc_auc_score(np.r_[np.ones(len(top_in)), np.zeros(len(top_out))], np.r_[top_in, top_out])
+    pred_cal, top_cal = ap.predict_top(cal_in.x)
+    tau = choose_threshold(torch.as_tensor(-top_cal), torch.as_tensor(pred_cal == cal_in.y), max_drop)
+    keep_in = -top_in <= tau
+    return {"auroc": float(auroc), "acc_reject": 100 * float(((pred_in == ev_in.y) & keep_in).mean()),
+            "oos_recall": 100 * float((-top_out > tau).mean())}
+
+
+def oos_sets(data, split):
+    """(evaluated in-scope, evaluated OOS, calibration in-scope, calibration OOS), or None without OOS texts."""
+    if data.oos_dev is None:
+        return None
+    if split == "test":
+        return data.test, data.oos_test, data.dev, data.oos_dev
+    # halves of val / oos_val: threshold on one, measured on the other (AUROC: on all of val, below)
+    half = np.random.default_rng(12345)
+    a = half.permutation(len(data.dev.y))
+    b = half.permutation(len(data.oos_dev.y))
+    sub = lambda p, i: type(p)(p.x[i], p.y[i], [p.texts[j] for j in i])  # noqa: E731
+    return (sub(data.dev, a[len(a) // 2:]), sub(data.oos_dev, b[len(b) // 2:]),
+            sub(data.dev, a[: len(a) // 2]), sub(data.oos_dev, b[: len(b) // 2]))
+
+
+def oos_block(ap, data, split):
+    sets = oos_sets(data, split)
+    if sets is None:
+        return None
+    out = oos_metrics(ap, *sets)
+    if split == "dev":
+        out["auroc"] = oos_metrics(ap, data.dev, data.oos_dev, data.dev, data.oos_dev)["auroc"]
+    return out
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def draw(rng, x, y, classes, k):
+    out = {}
+    for c in classes:
+        idx = np.flatnonzero(y == c)
+        out[c] = np.sort(rng.choice(idx, min(k, len(idx)), replace=False))
+    return out
+
+
+def generalized(data, split, seed, specs, new_shots, new_fraction):
+    rng = np.random.default_rng(seed)
+    n = len(data.classes)
+    perm = rng.permutation(n)
+    new = np.sort(perm[: int(round(n * new_fraction))])
+    old = np.sort(perm[int(round(n * new_fraction)):])
+    tr = data.train
+    old_mask = np.isin(tr.y, old)
+    support = draw(rng, tr.x, tr.y, new, new_shots)
+    ev = data.dev if split == "dev" else data.test
+    is_new = np.isin(ev.y, new)
+    rows = {}
+    for spec in specs:
+        ap = make(spec, n)
+        t0 = time.perf_counter()
+        ap.fit(tr.x[old_mask], tr.y[old_mask])
+        if ap.dynamic:
+            ap.refresh()  # the state before the new labels: a head trained on the old ones
+        fit_s = time.perf_counter() - t0
+        for c in new:
+            ap.add(c, tr.x[support[c]])
+        states = {}
+        if ap.dynamic:
+            s = ap.scores(ev.x)
+            states["now"] = {"old": accuracy(s, ev.y, ~is_new), "new": accuracy(s, ev.y, is_new), "all": accuracy(s, ev.y)}
+        ap.refresh()
+        s = ap.scores(ev.x)
+        states["refreshed"] = {"old": accuracy(s, ev.y, ~is_new), "new": accuracy(s, ev.y, is_new), "all": accuracy(s, ev.y),
+                               "refresh_s": ap.refresh_seconds, "fit_s": fit_s,
+                               "add_ms": float(np.median(ap.add_ms)) if ap.add_ms and ap.dynamic else None,
+                               "n_stored": int(sum(len(v) for v in ap.support.values())) if ap.support else
+                               int(old_mask.sum() + sum(len(v) for v in support.values()))}
+        oos = oos_block(ap, data, split)
+        if oos is not None:
+            states["oos"] = oos
+        rows[spec] = states
+    return rows
+
+
+def full(data, split, specs):
+    """Every intent a label with all of its training texts (no new labels); accuracy and OOS."""
+    ev = data.dev if split == "dev" else data.test
+    rows = {}
+    for spec in specs:
+        ap = make(spec, len(data.classes))
+        ap.fit(data.train.x, data.train.y)
+        ap.refresh()
+        rows[spec] = {"acc": accuracy(ap.scores(ev.x), ev.y), "refresh_s": ap.refresh_seconds,
+                      "n_stored": len(data.train.y)}
+        oos = oos_block(ap, data, split)
+        if oos is not None:
+            rows[spec]["oos"] = oos
+    return rows
+
+
+def fewshot(data, split, seed, specs, shots):
+    rng = np.random.default_rng(1000 + seed)
+    n = len(data.classes)
+    tr = data.train
+    support = draw(rng, tr.x, tr.y, np.arange(n), shots)
+    idx = np.concatenate([support[c] for c in range(n)])
+    ev = data.dev if split == "dev" else data.test
+    rows = {}
+    for spec in specs:
+        ap = make(spec, n)
+        ap.fit(tr.x[idx], tr.y[idx])
+        ap.refresh()
+        rows[spec] = {"acc": accuracy(ap.scores(ev.x), ev.y), "refresh_s": ap.refresh_seconds}
+    return rows
+
+
+# --------------------------------------------------------------------------- report
+
+
+def ms(values):
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if len(v) == 0:
+        return "–"
+    return f"{v.mean():.1f} ± {v.std():.1f}" if len(v) > 1 else f"{v.mean():.1f}"
+
+
+def report(results, args):
+    lines = []
+    for ds, res in results.items():
+        if "generalized" in res:
+            runs = res["generalized"]
+            lines.append(f"\n### {ds}, generalized ({args.split}): new = random third of intents, {args.new_shots}-shot; "
+                         f"mean ± std over seeds {args.seeds}; examples stored at the refresh: "
+                         f"{ms(r[next(iter(r))]['refreshed']['n_stored'] for r in runs)}")
+            lines.append("| approach | state | old | new | all | refresh s | add_label ms |")
+            lines.append("|---|---|---:|---:|---:|---:|---:|")
+            for spec in runs[0]:
+                for state in ("now", "refreshed"):
+                    if state not in runs[0][spec]:
+                        continue
+                    vals = [r[spec][state] for r in runs]
+                    extra = (f" {ms(v['refresh_s'] for v in vals) if state == 'refreshed' else '–'} |"
+                             f" {ms(v.get('add_ms') for v in vals) if state == 'refreshed' else '–'} |")
+                    lines.append(f"| {spec} | {state} | {ms(v['old'] for v in vals)} | {ms(v['new'] for v in vals)} | "
+                                 f"{ms(v['all'] for v in vals)} |{extra}")
+            if "oos" in runs[0][next(iter(runs[0]))]:
+                lines.append(f"\n### {ds}, out-of-scope ({args.split}; generalized scenario, refreshed state)")
+                lines.append("| approach | AUROC | in-scope acc. with rejection | OOS recall |")
+                lines.append("|---|---:|---:|---:|")
+                for spec in runs[0]:
+                    vals = [r[spec]["oos"] for r in runs]
+                    au = np.array([v["auroc"] for v in vals])
+                    lines.append(f"| {spec} | {au.mean():.4f} ± {au.std():.4f} | {ms(v['acc_reject'] for v in vals)} | "
+                                 f"{ms(v['oos_recall'] for v in vals)} |")
+        if "full" in res:
+            r = res["full"][0]
+            first = next(iter(r))
+            lines.append(f"\n### {ds}, all labels with all training texts ({args.split}; {r[first]['n_stored']} stored examples)")
+            has_oos = "oos" in r[first]
+            lines.append("| approach | accuracy | refresh s |" + (" OOS AUROC | in-scope acc. with rejection | OOS recall |" if has_oos else ""))
+            lines.append("|---|---:|---:|" + ("---:|---:|---:|" if has_oos else ""))
+            for spec, v in r.items():
+                extra = (f" {v['oos']['auroc']:.4f} | {v['oos']['acc_reject']:.1f} | {v['oos']['oos_recall']:.1f} |"
+                         if has_oos else "")
+                lines.append(f"| {spec} | {v['acc']:.1f} | {v['refresh_s']:.1f} |{extra}")
+        for key in sorted((k for k in res if k.startswith("fewshot-")), key=lambda k: int(k.split("-")[1])):
+            k = int(key.split("-")[1])
+            runs = res[key]
+            lines.append(f"\n### {ds}, all labels {k}-shot ({args.split}); mean ± std over draws {args.seeds}")
+            lines.append("| approach | accuracy | refresh s |")
+            lines.append("|---|---:|---:|")
+            for spec in runs[0]:
+                lines.append(f"| {spec} | {ms(r[spec]['acc'] for r in runs)} | {ms(r[spec]['refresh_s'] for r in runs)} |")
+            lines.append(f"| published anchor: USE+ConveRT (Casanueva et al. 2020), its own draws/splits | "
+                         f"{ANCHORS[ds][k]:.2f} | – |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--split", choices=["dev", "test"], default="dev")
+    ap.add_argument("--datasets", default="clinc150,hwu64")
+    ap.add_argument("--scenarios", default="generalized,full,fewshot-5,fewshot-10")
+    ap.add_argument("--approaches", default=";".join(APPROACHES_DEFAULT),
+                    help="';'-separated: centroid, cosine, dc-default, lr, lr-balanced, head[:key=value,...]")
+    ap.add_argument("--seeds", default="0,1,2", help="partition seeds (generalized) and draws (few-shot)")
+    ap.add_argument("--new-shots", type=int, default=5)
+    ap.add_argument("--new-fraction", type=float, default=1 / 3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        if os.environ.get(var) != str(args.threads):
+            print(f"note: {var}={os.environ.get(var)} (set it to {args.threads} before starting Python for BLAS to follow)")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from bench._intents_data import load_data
+    from dyntc.machine import machine_description
+
+    t_start = time.perf_counter()
+    specs = [s for s in args.approaches.split(";") if s]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; split {args.split}")
+    print("SetFit: not measured (not installed here; ~10 min of encoder fine-tuning per fit on this CPU)")
+    results = {}
+    for ds in args.datasets.split(","):
+        data = load_data(ds)
+        print(f"{ds}: {len(data.classes)} intents, train {len(data.train.y)}, dev {len(data.dev.y)} ({data.dev_note}), "
+              f"test {len(data.test.y)}" + (f", oos val/test {len(data.oos_dev.y)}/{len(data.oos_test.y)}" if data.oos_dev else ""),
+              flush=True)
+        res = results.setdefault(ds, {})
+        for scen in args.scenarios.split(","):
+            t0 = time.perf_counter()
+            if scen == "generalized":
+                res[scen] = [generalized(data, args.split, s, specs, args.new_shots, args.new_fraction) for s in seeds]
+            elif scen == "full":
+                res[scen] = [full(data, args.split, specs)]
+            elif scen.startswith("fewshot-"):
+                res[scen] = [fewshot(data, args.split, s, specs, int(scen.split("-")[1])) for s in seeds]
+            else:
+                raise SystemExit(f"unknown scenario {scen!r}")
+            print(f"  {scen}: {time.perf_counter() - t0:.0f} s", flush=True)
+    print(report(results, args))
+    print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)}, "machine": machine_description(),
+                                         "results": results}, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()
