@@ -34,7 +34,7 @@ def reproduce(
     threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
     executor: Annotated[str, typer.Option(help="local (this machine: --jobs processes) | ray (each unit a task on a Ray cluster; "
-                                                "needs pip install 'dyntc[ray]'; see docs/cluster.md)")] = "local",
+                                                "needs pip install 'dyntc\\[ray]'; see docs/cluster.md)")] = "local",
     address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster's address, e.g. HEAD_IP:6379, or auto "
                                                         "(the cluster `ray start` began on this machine); default: RAY_ADDRESS, "
                                                         "else a local Ray instance for the run")] = None,
