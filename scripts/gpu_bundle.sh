@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# A GPU host this machine can reach over the network needs none of this: start a Ray cluster and run
+# `dyntc reproduce ... --executor ray --address HEAD_IP:6379` (docs/cluster.md); results stay here.
 # Prepares .gpu/ for a GPU host that is sent the work tree but reaches no package index (docs/reproduction.md, "GloVe without the package"):
 # each dataset's folder from the data directory, and the GloVe vectors of its words (`dyntc export-glove`,
 # the same vocabulary and vectors bit for bit). There, from the source tree:

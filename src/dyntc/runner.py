@@ -1,12 +1,14 @@
-"""Runs a protocol's work units, in this process or in ``--jobs N`` worker processes, with an honest ETA.
+"""Runs a protocol's work units with an executor (this process, ``--jobs N`` worker processes or a Ray
+cluster: :mod:`dyntc.protocol.executors`), with an honest ETA.
 
 A unit is one (split, model): the model's pretraining on that split, then its (variant, n_fine) cells
 (:class:`dyntc.protocol.Unit`). Units share nothing but the featurized texts and take every seed from
-``derive_seed``, so they run in any order with the same results. With ``jobs > 1`` each unit runs in
-a spawned worker process with one torch thread (the SRU's small matrices gain little from more), the
-longest units first; each worker featurizes the texts itself (the same vocabulary, the same ids) and
-merges every finished cell into ``results.json`` under a file lock. The parent only plans, shows
-progress and writes the tables.
+``derive_seed``, so they run in any order, anywhere, with the same results. With several at once
+(``jobs > 1`` or Ray) each unit runs in a worker with `threads` torch threads (one by default: the
+SRU's small matrices gain little from more), the longest units first; each worker featurizes the
+texts itself (the same vocabulary, the same ids). Local workers merge every finished cell into
+``results.json`` under a file lock; Ray tasks send theirs to this process, which merges them. The
+parent (driver) plans, shows progress and writes the tables.
 
 The ETA counts sequences through the encoder. Planned work is an upper bound: every stage at its
 full episode / epoch budget. Measured throughput is real sequences per second of wall time. Early
@@ -16,13 +18,7 @@ estimate scaled by the fraction of the budget that finished stages actually used
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
-import queue as queue_mod
-import signal
-import threading
 import time
-import traceback
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -32,9 +28,10 @@ from tqdm.auto import tqdm
 
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
-from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, RunPlan, Unit, make_plan, parse_names, tune_profile
+from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, Unit, make_plan, parse_names, tune_profile
+from dyntc.protocol.executors import Events, Executor, LocalExecutor, make_executor
 
-REPORT_EVERY_S = 600.0  # with --jobs N, tables.md and the plots are also rewritten this often (not only per unit)
+REPORT_EVERY_S = 600.0  # tables.md and the plots are also rewritten this often while workers log (not only per unit)
 
 # ---- planned work (upper bounds) -----------------------------------------------------------------
 
@@ -161,153 +158,59 @@ class Progress:
 # ---- running the units ---------------------------------------------------------------------------
 
 
-def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1) -> dict:
-    """Run every unit of `run` still to do (in `jobs` processes), then write results and report."""
+def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1, executor: Executor | None = None) -> dict:
+    """Run every unit of `run` still to do with `executor` (default: `jobs` local processes with
+    `threads` torch threads each), then write results and report."""
+    executor = executor or LocalExecutor(jobs, threads)
     t_run = time.perf_counter()
-    run.results["jobs"] = jobs
+    run.results.update(executor.header())
     units = run.prepare()
     if not units:
         return run.finish(time.perf_counter() - t_run)
     costs = {u.name: stage_costs(run, u) for u in units}
     totals = {name: sum(c.values()) for name, c in costs.items()}
-    workers = min(jobs, len(units))
-    run.log(f"{len(units)} work units (split x model), {workers} process(es); planned work at most {sum(totals.values()) / 1e6:.2f}M "
-            f"sequences through the encoder (full budgets, no early stopping); the ETA follows once throughput is measured")
-    progress = Progress(costs, workers, run.progress, run.log)
-    try:
-        if workers == 1:
-            for i, unit in enumerate(units, 1):
-                t0, c0 = time.perf_counter(), time.process_time()
-                progress.bar.set_description_str(f"reproduce ({unit.name})")
-                run.run_unit(unit, progress.report)
-                progress.unit_done(unit, time.perf_counter() - t0, time.process_time() - c0, i, len(units))
-                run.write_report()
-        else:
-            # the longest units first, so that no long one is left alone at the end
-            _run_parallel(run, sorted(units, key=lambda u: -totals[u.name]), workers, threads, progress)
-    finally:
-        progress.close()
+    with executor:
+        slots = executor.slots(run, units)
+        run.results.update(executor.header(slots))
+        run.log(f"{len(units)} work units (split x model), {executor.describe(slots)}; planned work at most "
+                f"{sum(totals.values()) / 1e6:.2f}M sequences through the encoder (full budgets, no early stopping); "
+                f"the ETA follows once throughput is measured")
+        progress = Progress(costs, slots, run.progress, run.log)
+        try:
+            # several at once: the longest units first, so that no long one is left alone at the end
+            ordered = units if slots == 1 else sorted(units, key=lambda u: -totals[u.name])
+            executor.run(run, ordered, _events(run, progress, slots, len(units)))
+        finally:
+            progress.close()
     return run.finish(time.perf_counter() - t_run)
 
 
-def _worker_main(plan: RunPlan, out: str, threads: int, setup, tasks, messages) -> None:
-    """A worker process: its dataset from `setup`, then units from `tasks` until a None, each run and
-    reported to the parent on `messages`."""
-    torch.set_num_threads(threads)  # before any heavy work; the SRU kernels use as many Python threads
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:  # already set in this process
-        pass
-    who = mp.current_process().name
-    parent = os.getppid()
-    data = setup.get()
-    run = ProtocolRun(data, plan, Path(out), progress=False, worker=True, log=lambda msg: messages.put(("log", f"[{who}] {msg}")))
-    while (unit := tasks.get()) is not None:
-        messages.put(("start", unit.name, who))
-        pending: dict[tuple, float] = {}
-        last = time.perf_counter()
-
-        def report(stage: tuple, n: int, finished: bool) -> None:  # batched: at most every half second
-            nonlocal last
-            pending[stage] = pending.get(stage, 0.0) + n
-            if finished or time.perf_counter() - last > 0.5:
-                if os.getppid() != parent:  # the parent was killed: stop as a killed run would (snapshot kept)
-                    os._exit(1)
-                for key, value in pending.items():
-                    messages.put(("work", key, value, finished and key == stage))
-                pending.clear()
-                last = time.perf_counter()
-
-        t0, c0 = time.perf_counter(), time.process_time()
-        try:
-            run.run_unit(unit, report)
-        except BaseException as exc:  # noqa: BLE001 - every failure goes to the parent, named
-            messages.put(("error", unit.name, isinstance(exc, DyntcError), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-            return
-        messages.put(("done", unit.name, time.perf_counter() - t0, time.process_time() - c0))
-
-
-def _run_parallel(run: ProtocolRun, units: list[Unit], jobs: int, threads: int, progress: Progress) -> None:
-    """`units` in `jobs` spawned processes (fork would copy torch's thread pools and locks mid-use).
-
-    Plain processes and queues rather than a Pool: a worker killed outright (out of memory) is seen
-    here and named, where a Pool would wait for its result forever."""
-    ctx = mp.get_context("spawn")
-    setup, tasks, messages = ctx.Queue(), ctx.Queue(), ctx.Queue()
-    # The dataset goes through a queue, not the process arguments: spawn writes those into a pipe and
-    # waits while the child imports torch (and forever if the child is killed meanwhile).
-    for _ in range(jobs):
-        setup.put(run.data)
-    for unit in units:
-        tasks.put(unit)
-    for _ in range(jobs):
-        tasks.put(None)
-    procs = [ctx.Process(target=_worker_main, name=f"worker {i + 1}", daemon=True,
-                         args=(run.plan, str(run.out), threads, setup, tasks, messages)) for i in range(jobs)]
-    by_name = {u.name: u for u in units}
-    running: dict[str, str] = {}  # worker -> unit
+def _events(run: ProtocolRun, progress: Progress, slots: int, n_units: int) -> Events:
+    """The runner's side of an executor's events: progress and ETA, the report kept current."""
     n_done = 0
     reported = time.perf_counter()
-    on_term = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is threading.main_thread():
-        # `kill PID` ends the run as Ctrl-C does: the finally below stops the workers, where the default
-        # action would leave them running on, orphaned (workers also stop when they find the parent gone)
-        signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        for p in procs:
-            p.start()
-        while n_done < len(units):
-            try:
-                item = messages.get(timeout=0.5)
-            except queue_mod.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    p = dead[0]
-                    unit = running.get(p.name, "no unit yet")
-                    raise RuntimeError(f"{p.name} died (exit code {p.exitcode}; a negative code is a signal, -9 often means "
-                                       f"out of memory) while running {unit}; finished cells are kept in {run.results_path}: "
-                                       f"rerun to resume")
-                if all(p.exitcode is not None for p in procs):
-                    raise RuntimeError(f"every worker exited with {len(units) - n_done} unit(s) not done")
-                continue
-            kind = item[0]
-            if kind == "log":
-                run.log(item[1])
-                if time.perf_counter() - reported > REPORT_EVERY_S:
-                    # a unit takes up to hours: keep tables.md and the plots current for a run that is stopped
-                    run.save(header_only=True)
-                    run.write_report()
-                    reported = time.perf_counter()
-            elif kind == "work":
-                progress.report(item[1], item[2], item[3])
-            elif kind == "start":
-                running[item[2]] = item[1]
-            elif kind == "error":
-                _, name, user_error, message, tb = item
-                if user_error:
-                    raise DyntcError(f"{name}: {message.split(': ', 1)[-1]}")
-                raise RuntimeError(f"work unit {name} failed in its worker process: {message} (finished cells are kept "
-                                   f"in {run.results_path}; rerun to resume)\n\nWorker traceback:\n{tb}")
-            elif kind == "done":
-                n_done += 1
-                progress.unit_done(by_name[item[1]], item[2], item[3], n_done, len(units))
-                run.save(header_only=True)  # fetch the workers' rows for the tables
-                run.write_report()
-                reported = time.perf_counter()
-        for p in procs:
-            p.join(timeout=30)
-    finally:
-        for p in procs:  # on an error or Ctrl-C: stop the other units now (their finished cells are saved)
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(timeout=10)
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_term)
 
+    def started(unit: Unit, where: str) -> None:
+        if slots == 1:
+            progress.bar.set_description_str(f"reproduce ({unit.name})")
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+    def done(unit: Unit, seconds: float, cpu: float) -> None:
+        nonlocal n_done, reported
+        n_done += 1
+        progress.unit_done(unit, seconds, cpu, n_done, n_units)
+        run.write_report()
+        reported = time.perf_counter()
+
+    def log(message: str) -> None:
+        nonlocal reported
+        run.log(message)
+        if time.perf_counter() - reported > REPORT_EVERY_S:
+            # a unit takes up to hours: keep tables.md and the plots current for a run that is stopped
+            run.save(header_only=True)
+            run.write_report()
+            reported = time.perf_counter()
+
+    return Events(work=progress.report, started=started, done=done, log=log)
 
 
 def reproduce(
@@ -330,6 +233,8 @@ def reproduce(
     progress: bool = True,
     threads: int | None = None,
     jobs: int = 1,
+    executor: str = "local",
+    address: str | None = None,
     log: Callable[[str], None] | None = None,
     tune: bool = False,
     tune_grid: str | None = None,
@@ -340,7 +245,9 @@ def reproduce(
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
     `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
-    run at once, each in its own process (1: in this process). `threads` sets ``torch.set_num_threads``
+    run at once, each in its own process (1: in this process). ``executor="ray"`` runs the units as
+    tasks on the Ray cluster at `address` instead (default: ``RAY_ADDRESS``, else a local instance for
+    the run): see :class:`dyntc.protocol.executors.RayExecutor`. `threads` sets ``torch.set_num_threads``
     in each process (the SRU's matrices are small: one thread is usually fastest on CPU, and several
     threads are much slower on a busy machine). With ``device="cuda"`` the `jobs` processes share the
     GPU: one SRU unit keeps it far from busy (its time goes to kernel launches), so several run at
@@ -357,12 +264,17 @@ def reproduce(
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
     if threads is not None and threads < 1:
         raise DyntcError(f"--threads must be >= 1, got {threads}")
+    if executor != "local" and jobs != 1:
+        raise DyntcError(f"--jobs is for the local executor: with --executor {executor} the cluster's free CPUs "
+                         f"(and GPUs) set how many units run at once")
+    runner = make_executor(executor, jobs=jobs, threads=threads or 1, address=address)  # Ray missing: refused here
     if threads is not None:
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
+    device_here = runner.runs_here or tune  # --tune trains here, before the units
     plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                      p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine,
-                     embeddings=embeddings, only_splits=only_splits)
+                     embeddings=embeddings, only_splits=only_splits, device_here=device_here)
     redone = parse_names(redo, ALL_MODELS, "--redo model(s)") or ()
     if redone and force:
         raise DyntcError("--force discards every model's results already: give --force or --redo, not both")
@@ -382,11 +294,11 @@ def reproduce(
         prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
         plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
                          p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
-                         only_splits=only_splits)
+                         only_splits=only_splits, device_here=device_here)
     run = ProtocolRun(dataset, plan, Path(out), force=force, redo=redone, progress=progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning
-    return execute(run, jobs, threads or 1)
+    return execute(run, jobs, threads or 1, runner)
 
 
 __all__ = ["Progress", "execute", "reproduce", "stage_costs"]

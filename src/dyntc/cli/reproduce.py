@@ -33,6 +33,11 @@ def reproduce(
     data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
     threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,
     jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
+    executor: Annotated[str, typer.Option(help="local (this machine: --jobs processes) | ray (each unit a task on a Ray cluster; "
+                                                "needs pip install 'dyntc\\[ray]'; see docs/cluster.md)")] = "local",
+    address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster's address, e.g. HEAD_IP:6379, or auto "
+                                                        "(the cluster `ray start` began on this machine); default: RAY_ADDRESS, "
+                                                        "else a local Ray instance for the run")] = None,
     force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
     redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells in OUT "
                                                      "are discarded where their settings changed (e.g. hyp's), instead of refusing the run "
@@ -57,7 +62,7 @@ def reproduce(
     results = run(
         dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
         p=p, seed=seed, device=device, settings=parse_overrides(set_), data_dir=data_dir, force=force, redo=redo, progress=progress, threads=threads,
-        jobs=jobs, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
+        jobs=jobs, executor=executor, address=address, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
         only_splits=only_splits, log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
     )
     n = len(results["rows"])

@@ -170,6 +170,7 @@ def make_plan(
     scratch_n_fine: str | tuple[int, ...] | None = None,
     embeddings: str | Path | None = None,
     only_splits: str | tuple[int, ...] | None = None,
+    device_here: bool = True,
 ) -> RunPlan:
     """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
 
@@ -177,7 +178,9 @@ def make_plan(
     and the high end that the pretraining-gain figure needs (without it, a profile with
     ``scratch_ends_only`` keeps the run's smallest and largest n_fine); like the other selections it
     is not part of the fingerprint, so a run can be resumed with another choice. `only_splits` (split
-    indices below `splits`) is such a selection too: only those splits' cells run now."""
+    indices below `splits`) is such a selection too: only those splits' cells run now. Without
+    `device_here` the units run on other machines (a Ray cluster, which checks its GPUs itself): a
+    CUDA `device` need not exist here, and is each unit's one GPU (``cuda``)."""
     from dyntc.data.datasets import resolve_name
 
     try:  # aliases ("20news", ...) get the dataset's own hyperparameters
@@ -200,7 +203,10 @@ def make_plan(
     fine = tuple(sorted(set(fine)))
     chosen_models = parse_names(models, ALL_MODELS, "model(s)") or DEFAULT_MODELS
     chosen_variants = parse_names(variants, VARIANTS, "variant(s)") or VARIANTS
-    check_device(device)
+    if device_here or not str(device).startswith("cuda"):
+        check_device(device)
+    elif device not in ("cuda", "cuda:0"):
+        raise DyntcError(f"--device {device!r}: on a cluster each unit runs on one GPU of its node: give --device cuda")
     if "logreg" in chosen_models and encoder == "sru":
         raise DyntcError(
             "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "

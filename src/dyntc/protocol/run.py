@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from dyntc.data.dynamic import DynamicSplit, make_split
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
+from dyntc.files import atomic_write
 from dyntc.models import build_model
 from dyntc.protocol.evaluation import (
     accuracies,
@@ -93,6 +94,8 @@ class ProtocolRun:
         self._splits: dict[int, DynamicSplit] = {}
         self._split_data: dict[int, SplitData] = {}
         self._on_work: Callable[[int], None] | None = None  # hears of training work (sequences), for the ETA
+        # called after every save: a unit run on another machine sends its new results to the driver from here
+        self.on_save: Callable[[], None] | None = None
         # per row and pretraining: a run resumed elsewhere (another CPU, a GPU) mixes machines
         self._machine = f"{machine_description()}, device {plan.device}"
 
@@ -112,6 +115,39 @@ class ProtocolRun:
 
     def save(self, replace: bool = False, header_only: bool = False) -> None:
         self.file.save(replace, header_only)
+        if self.on_save is not None:
+            self.on_save()
+
+    def merge_output(self, output: dict, source: str) -> None:
+        """A unit's results made elsewhere (a Ray task, :mod:`dyntc.protocol.executors`) into this run:
+        the files it wrote under ``checkpoints/`` (pretrained weights, snapshots of running stages;
+        written atomically), its vocabulary digest (checked against the run's, as a local process's
+        is), the split's info, its pretraining record and its new rows, then saved through the same
+        merge as this process's own cells (:meth:`save`). The snapshots of the stages it finished are
+        removed, as a local unit removes them."""
+        for rel, content in (output.get("files") or {}).items():
+            path = (self.out / rel).resolve()
+            if not path.is_relative_to((self.out / "checkpoints").resolve()):
+                raise DyntcError(f"{source} sent a file outside the run's checkpoints/: {rel!r}")
+            with atomic_write(path) as tmp:
+                tmp.write_bytes(content)
+        if not set(output) - {"files"}:  # a running stage's snapshot: nothing for results.json yet
+            return
+        if output.get("vocabulary") is not None:
+            self.file.check_vocabulary(output["vocabulary"], f"the word vectors on {source}")
+        for s, info in (output.get("split_info") or {}).items():
+            self.results["split_info"].setdefault(s, {}).update(info)
+        for s, by_model in (output.get("pretraining") or {}).items():
+            self.results["pretraining"].setdefault(s, {}).update(by_model)
+        done = self.done()
+        rows = [r for r in output.get("rows") or [] if cell_key(r["model"], r["variant"], r["n_fine"], r["split"]) not in done]
+        self.results["rows"].extend(rows)
+        self.save()
+        for r in rows:
+            self._snapshot(r["split"], r["model"], r["variant"], r["n_fine"]).unlink(missing_ok=True)
+        for s, by_model in (output.get("pretraining") or {}).items():
+            for model in by_model:
+                self._snapshot(int(s), model, "pretrain").unlink(missing_ok=True)
 
     def new_model(self, model_name: str, enc0, split_seed: int, n_classes: int):
         """An untrained `model_name` on a copy of the split's encoder, seeded alike in every stage."""
