@@ -69,3 +69,14 @@ class Server:
         self.proc.wait(timeout=30)
 
 
+
+
+def eventually(check, timeout: float = 10.0, every: float = 0.1):
+    """`check()` once it is truthy (a version committed elsewhere is served within moments, not at
+    once: the service loads it in the background); its last value after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value or time.time() > deadline:
+            return value
+        time.sleep(every)

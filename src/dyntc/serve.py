@@ -13,10 +13,11 @@ restore) go through one :class:`Service`:
 - **Readers never wait on writers.** A write embeds its examples before it takes the store's write
   lock and holds that lock only to commit (:func:`dyntc.classifier.saving.commit_changes`: if another
   process committed meanwhile, the operation is applied again to the newest version). A version
-  committed by another process (a ``dyntc labels`` command, another replica) is loaded by the first
-  read that notices it, or before that by a background follower thread
-  (:meth:`~dyntc.classifier.store.ModelStore.follow`: told at once by a PostgreSQL notification, or
-  polling), while other reads go on with the current one; no read takes a lock a writer holds.
+  committed by another process (a ``dyntc labels`` command, another replica) is loaded in the
+  background, by a follower thread (:meth:`~dyntc.classifier.store.ModelStore.follow`: told at once
+  by a PostgreSQL notification, or polling) or as soon as a read notices it, and swapped in once its
+  cosine head is trained; reads go on with the current version meanwhile. No read loads, and no
+  read takes a lock a writer holds.
 - **Replicas.** Over a PostgreSQL store (``postgresql://`` URL) any number of services share one
   model: each commits through the store's lock and follows the others' commits, so a write through
   any of them is served by all within a fraction of a second (docs/deployment.md).
@@ -146,10 +147,11 @@ class Service:
         self.path = self.store.location
         self.limits, self.access = limits, access
         self.workers = EmbeddingWorkers(limits.threads)
-        self._current = saving.from_snapshot(DynamicClassifier, self.store.read())
+        self._current = self._load()
         self._write_lock = threading.Lock()  # this process's writers, one at a time
         self._reload_lock = threading.Lock()  # one reloader at a time; readers never wait for it
         self._swap_lock = threading.Lock()  # held for a comparison and an assignment only
+        self._reload_pending = False  # a reader started a background load that has not finished
         self._stop = threading.Event()
         if follow:  # loads what other processes commit, in the background
             threading.Thread(target=self.store.follow, args=(self._stop, self._follow), daemon=True,
@@ -159,7 +161,11 @@ class Service:
         self._stop.set()
 
     def _load(self) -> DynamicClassifier:
-        return saving.from_snapshot(DynamicClassifier, self.store.read())
+        """The newest version, ready to answer: its cosine head (if any) trained before anyone reads it."""
+        clf = saving.from_snapshot(DynamicClassifier, self.store.read())
+        if clf.head is not None:
+            clf.refresh(wait=True)
+        return clf
 
     def _follow(self) -> None:
         """Called by the follower thread when another process may have committed: load the newest
@@ -175,16 +181,23 @@ class Service:
                 self._current = clf
 
     def current(self) -> DynamicClassifier:
-        """The classifier to read from; a newer version committed by another process is loaded by the
-        first reader that sees it (the others keep reading the current one meanwhile)."""
+        """The classifier to read from. A reader that sees a newer version committed by another process
+        starts loading it in the background (besides the follower) and answers from the current one:
+        no reader ever waits for a load."""
         clf = self._current
-        if self.store.head_version() > clf.version_ and self._reload_lock.acquire(blocking=False):
-            try:
-                if self.store.head_version() > self._current.version_:
-                    self._swap(self._load())
-            finally:
-                self._reload_lock.release()
-        return self._current
+        if self.store.head_version() > clf.version_ and not self._reload_lock.locked():
+            with self._swap_lock:
+                if self._reload_pending:
+                    return clf
+                self._reload_pending = True
+            threading.Thread(target=self._reload_now, daemon=True, name="dyntc-reload").start()
+        return clf
+
+    def _reload_now(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self._reload_pending = False
 
     def write(self, op: Callable[[DynamicClassifier], Any], chars: int) -> DynamicClassifier:
         """Apply `op` to a copy of the newest classifier and commit it as one version; returns it."""

@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from _server import Server
+from _server import Server, eventually
 
 from dyntc import DynamicClassifier
 
@@ -143,7 +143,7 @@ def test_kill_during_writes_loses_nothing_acknowledged(fitted, tmp_path):
     # A CLI command on the same directory while the service runs: the service sees it.
     subprocess.run([sys.executable, "-m", "dyntc", "labels", "add", str(srv.model), "from_cli", "-e", "added by the cli"],
                    check=True, capture_output=True)
-    assert "from_cli" in srv.call("GET", "/labels")[1]["labels"]
+    assert eventually(lambda: "from_cli" in srv.call("GET", "/labels")[1]["labels"])
     assert srv.call("POST", "/labels", {"name": "after_cli", "examples": ["x"]})[0] == 201
     assert {"from_cli", "after_cli"} <= set(DynamicClassifier.load(srv.model).classes_)
     srv.stop()

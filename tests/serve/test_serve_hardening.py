@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from _server import TOKEN, Server
+from _server import TOKEN, Server, eventually
 
 from dyntc import DynamicClassifier, DyntcError
 
@@ -203,6 +203,7 @@ def test_reads_answer_while_another_process_holds_the_write_lock(fitted, tmp_pat
         # Another process commits a version first, so the service must reload while the lock is held.
         subprocess.run([sys.executable, "-m", "dyntc", "labels", "add", str(srv.model), "from_cli", "-e", "cli text"],
                        check=True, capture_output=True, timeout=120)
+        assert eventually(lambda: "from_cli" in srv.call("GET", "/labels", token=None)[1]["labels"])
         holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(srv.model / "dyntc.sqlite"), "8"],
                                   stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "locked"
