@@ -139,8 +139,9 @@ def test_bad_training_inputs(sent_encoded):
         build_model("svm", encoder, 3)
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "dyntc", *args], capture_output=True, text=True, timeout=600)
+def _cli(*args, input=None):
+    return subprocess.run([sys.executable, "-m", "dyntc", *args], capture_output=True, text=True, timeout=600,
+                          input=input)
 
 
 def test_cli_errors_are_one_line_without_traceback():
@@ -162,8 +163,24 @@ def test_cli_train_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert 0 < metrics["test_acc"] <= 1 and metrics["steps"] == 30
-    model, _, meta = load_model(out / "model")
-    assert model.metric == "hyperbolic" and len(meta["classes"]) == 10
+    # The model is a classifier model: loaded, predicted with and served as `dyntc fit`'s are.
+    from dyntc import DynamicClassifier
+    from dyntc.data.datasets import load
+
+    clf = DynamicClassifier.load(out / "model")
+    assert clf.metric == "hyperbolic" and clf.n_classes_ == 10 and clf.head is None
+    test = load("sent", seed=0).test
+    assert clf.score(test.texts, test.labels) == pytest.approx(metrics["test_acc"], abs=0.01)
+    predicted = _cli("predict", str(out / "model"), "--input", "-", input="my flight was late\n")
+    assert predicted.returncode == 0 and json.loads(predicted.stdout)["label"] in clf.classes_
+    from _server import Server
+
+    server = Server(out / "model", tmp_path, token=None)
+    try:
+        status, body = server.call("POST", "/predict", {"texts": ["the crew was rude"]}, token=None)
+        assert status == 200 and body["results"][0]["label"] in clf.classes_
+    finally:
+        server.stop()
 
 
 def test_cli_makes_idle_openmp_threads_sleep_unless_the_user_chose():

@@ -255,13 +255,44 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         if training != "none":
             self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
                                                          train_config(self, self.episodes, self.lr))
+        self._adopt(model, texts, labels, items)
+        return self
+
+    @classmethod
+    def from_network(cls, network, texts: Sequence[str], labels: Sequence[str], **params) -> "DynamicClassifier":
+        """A fitted classifier around an already trained :class:`~dyntc.models.PrototypicalNetwork`
+        (``dyntc train`` writes its models this way): one prototype per label from (`texts`,
+        `labels`), nothing trained but the head (if any). `params` are the constructor's; ``encoder``,
+        ``metric`` and the encoder's shape default to the network's (a different ``metric`` is an
+        error). ``head=None, debias=False`` predicts exactly by the network's nearest prototype."""
+        from dyntc.encoders import encoder_name
+        from dyntc.models import PrototypicalNetwork
+
+        if not isinstance(network, PrototypicalNetwork):
+            raise DyntcError(f"network must be a PrototypicalNetwork, got {type(network).__name__}: an MLP has an "
+                             "output layer, not prototypes")
+        if params.setdefault("metric", network.metric) != network.metric:
+            raise DyntcError(f"metric={params['metric']!r} but the network measures with {network.metric!r}")
+        config = network.encoder.config()
+        params.setdefault("encoder", encoder_name(config))
+        for name in ("hidden_size", "num_layers", "dropout", "max_len", "embeddings"):
+            if name in config and name in cls._param_names():
+                params.setdefault(name, config[name])
+        clf = cls(**params)
+        clf._validate_params()
+        texts, labels = trainer.check_pairs(texts, labels)
+        clf.train_result_ = None
+        clf._adopt(network, texts, labels)
+        return clf
+
+    def _adopt(self, model, texts: Sequence[str], labels: Sequence[str], items: list | None = None) -> None:
+        """Make `model` this classifier's network and (`texts`, `labels`) its label set."""
         self.space_ = MetricSpace(model, **space_options(self))
         self._install(texts, labels, items)
         self.calibration_ = None
         self._source: tuple[str, int] | None = None
         if self.head is not None:
             self.refresh(wait=True)
-        return self
 
     @recorded
     def fine_tune(

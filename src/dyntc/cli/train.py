@@ -61,7 +61,9 @@ def train(
     data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
 ) -> None:
-    """Train one model on a dataset's full label set and print its dev and test accuracy."""
+    """Train one model on a dataset's full label set and print its dev and test accuracy. A hyp or euc
+    model is written as a classifier model (DynamicClassifier.load, dyntc predict, dyntc serve, the
+    label commands); an MLP as a checkpoint (dyntc.checkpoint.load_model)."""
     from dyntc.data.datasets import load
     from dyntc.encoders import create_encoder
     from dyntc.models import MODEL_NAMES, build_model
@@ -114,7 +116,14 @@ def train(
         "dyntc_version": __version__, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     out.mkdir(parents=True, exist_ok=True)
-    save_model(out / "model", net, meta={"classes": classes, "dataset": data.name})
+    if model == "mlp":  # an output layer, not prototypes: a checkpoint (dyntc.checkpoint.load_model)
+        save_model(out / "model", net, meta={"classes": classes, "dataset": data.name})
+    else:  # a classifier model that DynamicClassifier.load, dyntc predict and dyntc serve use as it is,
+        # predicting by the nearest prototype of all training texts, as the accuracies above were measured
+        from dyntc.classifier import DynamicClassifier
+
+        DynamicClassifier.from_network(net.cpu(), data.train.texts, data.train.labels, head=None, debias=False,
+                                       seed=seed).save(out / "model")
     write_json(out / "metrics.json", metrics)
     console.print(
         f"dev acc {dev_acc:.4f}  test acc {test_acc:.4f}  (majority {metrics['majority_test_acc']:.4f}); "

@@ -17,7 +17,7 @@ from typing import Any
 from dyntc.encoders.base import TextEncoder
 from dyntc.errors import DyntcError
 
-__all__ = ["ENCODERS", "TextEncoder", "build_encoder", "check_encoder_options", "create_encoder"]
+__all__ = ["ENCODERS", "TextEncoder", "build_encoder", "check_encoder_options", "create_encoder", "encoder_name"]
 
 
 def _pretrained_name(name: str) -> bool:
@@ -55,6 +55,18 @@ def encoder_kind(name: Any) -> EncoderKind:
     raise DyntcError(
         f"unknown encoder {name!r}: use 'minilm', 'sru', 'hashing', or the path of a local sentence-transformers model"
     )
+
+
+def encoder_name(config: dict) -> str:
+    """What a user would pass to rebuild an encoder of this saved `config`: ``"sru"``, ``"hashing"``,
+    or the pretrained backbone (``"minilm"`` or its directory)."""
+    kind = config.get("kind")
+    if kind == "pretrained":
+        return config["backbone"]
+    names = {"glove-sru": "sru", "hashing": "hashing"}
+    if kind not in names:
+        raise DyntcError(f"unknown encoder kind {kind!r} in config")
+    return names[kind]
 
 
 def check_encoder_options(name: str, **options) -> None:
