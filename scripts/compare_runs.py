@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dyntc.report import PAPER_PRETRAIN_ERROR_REDUCTION, PAPER_TABLE2, PAPER_TABLE3
+from dyntc.protocol.report import PAPER_PRETRAIN_ERROR_REDUCTION, PAPER_TABLE2, PAPER_TABLE3
 
 ROWS = [("mlp", "fine-tuned"), ("euc", "fine-tuned"), ("hyp", "fine-tuned"), ("mlp", "un-tuned"), ("euc", "un-tuned"),
         ("hyp", "un-tuned"), ("mlp", "scratch"), ("euc", "scratch"), ("hyp", "scratch")]

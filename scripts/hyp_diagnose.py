@@ -5,7 +5,7 @@ variant (prototypes of Y_new from n_fine examples, no training) on dev and test.
     DYNTC_DATA=../shared/datasets OMP_NUM_THREADS=1 python scripts/hyp_diagnose.py \
         --dataset sent --model hyp --profile quick --out /tmp/diag-hyp.json [--set pretrain_episodes=2000 ...]
 
-Writes a JSON file (history with `dyntc.diagnostics.geometry_stats` per dev evaluation; un-tuned
+Writes a JSON file (history with `dyntc.protocol.diagnostics.geometry_stats` per dev evaluation; un-tuned
 figures per n_fine) and prints a short table. Everything selected or compared here is on dev; the
 test figures are printed for the record only.
 """
@@ -26,7 +26,7 @@ import torch
 from dyntc.data.datasets import load
 from dyntc.data.dynamic import make_split
 from dyntc.data.episodes import EpisodeSampler
-from dyntc.diagnostics import geometry_stats, pretraining_monitor
+from dyntc.protocol.diagnostics import geometry_stats, pretraining_monitor
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
 from dyntc.training import train_prototypical
@@ -36,7 +36,7 @@ from dyntc.machine import machine_description
 @torch.no_grad()
 def episode_scale(model, train, cfg, seed: int) -> dict:
     """Squared distances of one training episode in train mode (dropout on): the logits' scale."""
-    from dyntc.diagnostics import _summary
+    from dyntc.protocol.diagnostics import _summary
 
     sampler = EpisodeSampler(train.labels, n_support=cfg.n_support, n_query=cfg.n_query,
                              max_classes=cfg.max_classes, seed=seed, names=train.classes)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--monitor-per-class", type=int, default=50, help="train examples per class for the monitor's prototypes")
     ap.add_argument("--set", dest="settings", action="append", default=[], help="profile override FIELD=VALUE")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--save-model", type=Path, help="also save the pretrained model here (dyntc.checkpoint format)")
+    ap.add_argument("--save-model", type=Path, help="also save the pretrained model here (dyntc.protocol.checkpoint format)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds = time.perf_counter() - t0
         model.eval()
         if args.save_model:
-            from dyntc.checkpoint import save_model
+            from dyntc.protocol.checkpoint import save_model
 
             save_model(args.save_model, model, meta={"classes": old, "split": args.split, "settings": args.settings})
         untuned = {}

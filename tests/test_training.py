@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dyntc.checkpoint import load_model, save_model
+from dyntc.protocol.checkpoint import load_model, save_model
 from dyntc.encoders import create_encoder
 from dyntc.errors import DyntcError
 from dyntc.models import build_model
@@ -208,7 +208,7 @@ def test_encoder_encode_batches_without_gradient_and_takes_an_empty_list(sent_en
 
 def test_monitor_records_geometry_without_changing_training(sent_encoded):
     """The issue-11 diagnostics: recorded at step 0 and every evaluation, and training is unchanged."""
-    from dyntc.diagnostics import geometry_stats, pretraining_monitor
+    from dyntc.protocol.diagnostics import geometry_stats, pretraining_monitor
 
     encoder, train, dev, _, _ = sent_encoded
     small_dev = dev.per_class(10)

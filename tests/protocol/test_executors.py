@@ -12,7 +12,7 @@ import torch
 from dyntc.data.types import Dataset, Split
 from dyntc.errors import DyntcError
 from dyntc.protocol import executors
-from dyntc.runner import reproduce
+from dyntc.protocol.runner import reproduce
 
 try:
     import ray
@@ -202,7 +202,7 @@ def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cl
     import dataclasses
 
     import dyntc.protocol.run as protocol_run
-    from dyntc import runner
+    from dyntc.protocol import runner
 
     real = protocol_run.train_prototypical
     calls = []

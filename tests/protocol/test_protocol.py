@@ -16,8 +16,8 @@ import dyntc.protocol.run as protocol_run
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, accuracies, make_plan, model_view
 from dyntc.protocol.evaluation import logreg_predict
-from dyntc.runner import reproduce
-from dyntc.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
+from dyntc.protocol.runner import reproduce
+from dyntc.protocol.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
 from dyntc.inference import Encoded
 from dyntc.machine import machine_description
 
@@ -602,7 +602,7 @@ def test_tables_show_scratch_cells_without_a_fine_tuned_pair(tiny_run):
 def test_the_pretraining_gain_pairs_the_splits(tiny_run):
     """A scratch cell on one split is compared with the fine-tuned cell of that split, not with the
     mean over every split's fine-tuned cells."""
-    from dyntc.report import paired_pretraining_gain
+    from dyntc.protocol.report import paired_pretraining_gain
 
     _, results = tiny_run
     def row(variant, split, acc):
@@ -945,7 +945,7 @@ def test_jobs_must_be_a_positive_integer(small_sent, tmp_path):
 def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path, monkeypatch):
     """Every unit takes its seeds from derive_seed and featurizes the same way in its own process.
     The parent also rewrites the report while units run (here at every message): rows stay the same."""
-    from dyntc import runner
+    from dyntc.protocol import runner
     from dyntc.protocol import ProtocolRun
 
     out, sequential = tiny_run
@@ -1000,7 +1000,7 @@ def test_a_failing_worker_names_its_unit(small_sent, tmp_path):
 WRITER = """
 import sys
 from pathlib import Path
-from dyntc.checkpoint import update_json
+from dyntc.files import update_json
 from dyntc.protocol import merge_results
 
 path, who = Path(sys.argv[1]), sys.argv[2]
@@ -1023,7 +1023,7 @@ def test_concurrent_writers_lose_no_row(tmp_path):
 
 
 def test_progress_credits_early_stopped_stages_and_gives_both_etas():
-    from dyntc.runner import Progress
+    from dyntc.protocol.runner import Progress
 
     lines = []
     costs = {"split 0 euc": {(0, "pretrain", "euc"): 1000.0, (0, "euc", "fine-tuned", 5): 500.0},

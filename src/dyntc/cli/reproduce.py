@@ -56,7 +56,7 @@ def reproduce(
     Rerunning with the same --out skips finished (model, variant, n_fine, split) cells.
     """
     from dyntc.protocol import parse_overrides
-    from dyntc.runner import reproduce as run
+    from dyntc.protocol.runner import reproduce as run
 
     target = out or Path(f"runs/reproduce-{dataset}-{profile}")
     results = run(

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dyntc import __version__
-from dyntc.checkpoint import save_model, write_json
+from dyntc.protocol.checkpoint import save_model, write_json
 from dyntc.errors import DyntcError
 from dyntc.machine import machine_description
 
@@ -63,7 +63,7 @@ def train(
 ) -> None:
     """Train one model on a dataset's full label set and print its dev and test accuracy. A hyp or euc
     model is written as a classifier model (DynamicClassifier.load, dyntc predict, dyntc serve, the
-    label commands); an MLP as a checkpoint (dyntc.checkpoint.load_model)."""
+    label commands); an MLP as a checkpoint (dyntc.protocol.checkpoint.load_model)."""
     from dyntc.data.datasets import load
     from dyntc.encoders import create_encoder
     from dyntc.models import MODEL_NAMES, build_model
@@ -116,7 +116,7 @@ def train(
         "dyntc_version": __version__, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     out.mkdir(parents=True, exist_ok=True)
-    if model == "mlp":  # an output layer, not prototypes: a checkpoint (dyntc.checkpoint.load_model)
+    if model == "mlp":  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
         save_model(out / "model", net, meta={"classes": classes, "dataset": data.name})
     else:  # a classifier model that DynamicClassifier.load, dyntc predict and dyntc serve use as it is,
         # predicting by the nearest prototype of all training texts, as the accuracies above were measured

@@ -1,7 +1,7 @@
 """Where the work units of a ``dyntc reproduce`` run execute: :class:`LocalExecutor` (this process, or
 ``--jobs N`` local worker processes) or :class:`RayExecutor` (tasks on a Ray cluster, ``--executor ray``).
 
-The runner (:mod:`dyntc.runner`) calls one interface, :class:`Executor`: ``slots`` (how many units run
+The runner (:mod:`dyntc.protocol.runner`) calls one interface, :class:`Executor`: ``slots`` (how many units run
 at once, for the ETA) and ``run`` (every unit, each event reported through :class:`Events`), inside
 ``with executor:`` (a Ray executor connects there and lets go at the end). :func:`make_executor` is
 the one place that maps a name to an executor.

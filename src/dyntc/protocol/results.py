@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from dyntc import __version__
-from dyntc.checkpoint import update_json
+from dyntc.files import update_json
 from dyntc.errors import DyntcError
 from dyntc.files import atomic_write, write_json
 from dyntc.models import load_trainable_state, trainable_state
