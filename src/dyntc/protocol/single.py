@@ -1,0 +1,122 @@
+"""One model on a dataset's full label set (``dyntc train``): the paper's single-model experiment.
+
+Trains an MLP, EUC or HYP model on the whole label set with the paper's settings by default, reports
+dev and test accuracy, and writes ``metrics.json`` and ``model/``: for EUC and HYP a classifier model
+(:meth:`~dyntc.classifier.DynamicClassifier.from_network`: the trained network with one prototype per
+label from all training texts, predicting as the accuracies were measured), for the MLP a checkpoint
+(:mod:`~dyntc.protocol.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from dyntc import __version__
+from dyntc.errors import DyntcError
+from dyntc.files import write_json
+
+
+@dataclass
+class SingleModelConfig:
+    """What ``dyntc train`` takes; its options and their defaults are these fields."""
+
+    dataset: str
+    model: str = "hyp"  #: hyp | euc | mlp
+    out: Path = Path("runs/train")
+    encoder: str = "sru"  #: sru (GloVe + SRU, the paper's) | minilm | a sentence-transformers directory
+    episodes: int = 10_000  #: most training episodes (prototypical models)
+    epochs: int = 100  #: most training epochs (MLP)
+    eval_every: int = 100
+    patience: int = 10
+    lr: float = 1e-3
+    n_support: int = 4
+    n_query: int = 64
+    hidden: int | None = None  #: encoder hidden size (SRU: 128)
+    layers: int | None = None  #: SRU layers (4); pretrained encoders: head depth (1)
+    dropout: float | None = None  #: SRU: 0.3 for WOS, else 0.5; pretrained head: 0.1
+    max_len: int | None = None  #: tokens kept per text (SRU: 200 words; pretrained: 256 word pieces)
+    finetune: bool = False  #: pretrained encoders: fine-tune the backbone too
+    embeddings: Path | None = None  #: GloVe text file (None: the packaged glove.6B.50d)
+    time_budget: float | None = None  #: stop training after this many seconds
+    seed: int = 0
+    device: str = "cpu"
+    data_dir: Path | None = None
+    progress: bool = True
+
+
+def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dict:
+    """Train, evaluate and save one model as `cfg` says; returns the metrics written to ``metrics.json``."""
+    from dyntc.data.datasets import load
+    from dyntc.encoders import create_encoder
+    from dyntc.inference import Encoded, prototypical_predict, supervised_accuracy
+    from dyntc.machine import check_device, check_out_dir, machine_description
+    from dyntc.models import MODEL_NAMES, build_model
+    from dyntc.protocol.checkpoint import save_model
+    from dyntc.training import TrainConfig, train_prototypical, train_supervised
+
+    if cfg.model not in MODEL_NAMES:
+        raise DyntcError(f"unknown model {cfg.model!r}: choose one of {', '.join(MODEL_NAMES)}")
+    check_device(cfg.device)
+    check_out_dir(cfg.out)
+    torch.manual_seed(cfg.seed)
+    data = load(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    classes = data.labels
+    enc_options = {"hidden_size": cfg.hidden, "num_layers": cfg.layers, "max_len": cfg.max_len, "dropout": cfg.dropout}
+    if cfg.encoder == "sru":
+        if cfg.dropout is None:
+            enc_options["dropout"] = 0.3 if data.name == "wos" else 0.5
+        enc_options["embeddings"] = str(cfg.embeddings) if cfg.embeddings else None
+    else:
+        enc_options["mode"] = "finetune" if cfg.finetune else "frozen"
+    t0 = time.perf_counter()
+    enc = create_encoder(cfg.encoder, data.train.texts, **enc_options)
+    net = build_model(cfg.model, enc, len(classes))
+    train_cfg = TrainConfig(
+        lr=cfg.lr, max_episodes=cfg.episodes, max_epochs=cfg.epochs, eval_every=cfg.eval_every, patience=cfg.patience,
+        n_support=cfg.n_support, n_query=cfg.n_query, time_budget_s=cfg.time_budget, seed=cfg.seed, device=cfg.device,
+        progress=cfg.progress,
+    )
+    train_set, dev_set, test_set = (Encoded.of(enc, s.texts, s.labels, classes) for s in (data.train, data.dev, data.test))
+    featurize_s = time.perf_counter() - t0
+    log(f"{data.name}: {len(train_set)} train / {len(dev_set)} dev / {len(test_set)} test, "
+        f"{len(classes)} classes; model {cfg.model} on {cfg.encoder}, device {cfg.device}")
+    if cfg.model == "mlp":
+        result = train_supervised(net, train_set, dev_set, train_cfg)
+        dev_acc, test_acc = supervised_accuracy(net, dev_set), supervised_accuracy(net, test_set)
+    else:
+        result = train_prototypical(net, train_set, dev_set, train_cfg)
+        # one set of prototypes (embedding all training texts once) for both dev and test
+        pred, _ = prototypical_predict(net, train_set, dev_set.items + test_set.items)
+        pred = pred.numpy()
+        dev_acc = float((pred[: len(dev_set)] == dev_set.labels).mean())
+        test_acc = float((pred[len(dev_set) :] == test_set.labels).mean())
+    total_s = time.perf_counter() - t0
+    metrics = {
+        "dataset": data.name, "model": cfg.model, "encoder": cfg.encoder, "dev_acc": dev_acc, "test_acc": test_acc,
+        "majority_test_acc": max(test_set.labels.tolist().count(c) for c in range(len(classes))) / len(test_set),
+        "steps": result.steps, "stopped_early": result.stopped_early, "train_seconds": result.seconds,
+        "featurize_seconds": featurize_s, "total_seconds": total_s, "machine": machine_description(),
+        "device": cfg.device, "seed": cfg.seed, "config": {**vars(train_cfg), **enc.config()}, "history": result.history,
+        "dyntc_version": __version__, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    if cfg.model == "mlp":  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
+        save_model(cfg.out / "model", net, meta={"classes": classes, "dataset": data.name})
+    else:  # a classifier model that DynamicClassifier.load, dyntc predict and dyntc serve use as it is,
+        # predicting by the nearest prototype of all training texts, as the accuracies above were measured
+        from dyntc.classifier import DynamicClassifier
+
+        DynamicClassifier.from_network(net.cpu(), data.train.texts, data.train.labels, head=None, debias=False,
+                                       seed=cfg.seed).save(cfg.out / "model")
+    write_json(cfg.out / "metrics.json", metrics)
+    log(
+        f"dev acc {dev_acc:.4f}  test acc {test_acc:.4f}  (majority {metrics['majority_test_acc']:.4f}); "
+        f"{result.steps} {'batches' if cfg.model == 'mlp' else 'episodes'} in {result.seconds:.0f}s; saved to {cfg.out}"
+    )
+    return metrics
