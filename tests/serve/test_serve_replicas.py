@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from _toy import toy_classifier
 from _postgres import postgres  # noqa: F401  (the fixture)
 from _server import Server
 
@@ -19,14 +20,11 @@ from dyntc import DynamicClassifier
 
 pytest.importorskip("fastapi")
 
-LABELS = ["alarm", "balance", "timer", "weather"]
-TINY = dict(encoder="sru", hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
 
 
 @pytest.fixture(scope="module")
-def fitted(clinc_raw):
-    pairs = [(t, y) for y in LABELS for t in [t for t, lab in clinc_raw["train"] if lab == y][:40]]
-    return DynamicClassifier(**TINY).fit([t for t, _ in pairs], [y for _, y in pairs])
+def fitted():
+    return toy_classifier()
 
 
 @pytest.fixture
