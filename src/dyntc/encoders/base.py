@@ -61,6 +61,16 @@ def module_device(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def config_from_options(config_cls: type, encoder: str, fields: str, **options):
+    """`config_cls` (a dataclass of an encoder's options) from keyword options; ``None`` means the
+    default, unknown names are refused naming the `encoder` and its `fields`."""
+    options = {k: v for k, v in options.items() if v is not None}
+    unknown = sorted(set(options) - set(config_cls.__dataclass_fields__))
+    if unknown:
+        raise DyntcError(f"options {unknown} do not apply to the {encoder} encoder{fields}")
+    return config_cls(**options)
+
+
 @contextmanager
 def eval_mode(module: nn.Module) -> Iterator[nn.Module]:
     """`module` in eval mode within the block, back in the mode it was in afterwards (also on error)."""

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dyntc.encoders.base import TextEncoder
+from dyntc.encoders.base import TextEncoder, config_from_options
 from dyntc.encoders.sru import SRU
 from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.text import Vocabulary, build_vocabulary_and_embeddings, glove_lookup, tokenize
@@ -43,11 +43,7 @@ class GloveSRUConfig:
     @classmethod
     def from_options(cls, **options) -> "GloveSRUConfig":
         """The config from keyword options (``None`` = the default), unknown names refused."""
-        options = {k: v for k, v in options.items() if v is not None}
-        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise DyntcError(f"options {unknown} do not apply to the sru encoder")
-        return cls(**options)
+        return config_from_options(cls, "sru", "", **options)
 
 
 class GloveSRUEncoder(TextEncoder):

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from dyntc.encoders.base import TextEncoder
+from dyntc.encoders.base import TextEncoder, config_from_options
 from dyntc.errors import DyntcError, is_int
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -40,11 +40,7 @@ class HashingConfig:
     @classmethod
     def from_options(cls, **options) -> "HashingConfig":
         """The config from keyword options (``None`` = the default), unknown names refused."""
-        options = {k: v for k, v in options.items() if v is not None}
-        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise DyntcError(f"options {unknown} do not apply to the hashing encoder (it takes dim, pairs)")
-        return cls(**options)
+        return config_from_options(cls, "hashing", " (it takes dim, pairs)", **options)
 
 
 def hashed_counts(text: str, dim: int, pairs: bool = True) -> torch.Tensor:
