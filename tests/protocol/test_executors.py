@@ -40,14 +40,6 @@ def run_tiny(data, out, **kw):
     return reproduce(data, "tiny", out, **kw)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ---- without Ray, and the options ---------------------------------------------------------------
 
 
@@ -195,37 +187,17 @@ def test_unit_files_are_the_units_own(tmp_path):
 
 @needs_ray
 def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cluster, sequential, small_sent, tmp_path,
-                                                                          monkeypatch):
+                                                                          monkeypatch, stop_first_stage):
     """Stopped during EUC's pretraining in a local run, the stage's snapshot is sent with the unit: the
     Ray task goes on from its step 10 (half the stage's work) and ends with the uninterrupted run's
     cells; the snapshot is then gone from the driver's run directory."""
-    import dataclasses
-
-    import dyntc.protocol.run as protocol_run
     from dyntc.protocol import runner
 
-    real = protocol_run.train_prototypical
-    calls = []
-
-    def stopped_mid_stage(model, train, dev, cfg, *args, **kwargs):
-        calls.append(cfg.snapshot)
-        if len(calls) == 1:  # tiny pretraining: 20 episodes, a dev evaluation (and snapshot) every 10
-            steps = [0]
-
-            def kill_at_15(_n):
-                steps[0] += 1
-                if steps[0] == 15:
-                    raise KeyboardInterrupt("simulated kill")
-
-            cfg = dataclasses.replace(cfg, on_work=kill_at_15)
-        return real(model, train, dev, cfg, *args, **kwargs)
-
-    monkeypatch.setattr(protocol_run, "train_prototypical", stopped_mid_stage)
     with pytest.raises(KeyboardInterrupt):
         run_tiny(small_sent, tmp_path, models="euc", variants="un-tuned")
     snapshot = tmp_path / "checkpoints" / "split0" / "euc-pretrain.partial.pt"
     assert torch.load(snapshot, weights_only=True)["step"] == 10
-    monkeypatch.setattr(protocol_run, "train_prototypical", real)
+    stop_first_stage.restore()
     work, planned = {}, {}
     report = runner.Progress.report
 

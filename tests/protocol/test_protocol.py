@@ -25,15 +25,6 @@ ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_ol
             "shortfall", "n_test", "n_test_new", "steps"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The SRU's small matrices run fastest on one thread (much faster on a busy machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def run_tiny(data, out, **kw):
     kw.setdefault("progress", False)
     kw.setdefault("log", lambda msg: None)
@@ -748,34 +739,16 @@ def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch)
     assert counter.calls == 2  # euc n_fine=10 fine-tuned + scratch; pretraining loaded from its checkpoint
 
 
-def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_path, monkeypatch):
+def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_path, stop_first_stage):
     """Killed during EUC's pretraining, a run keeps the stage's snapshot (checkpoints/, *.partial.pt);
     the rerun resumes the stage from it and ends with the uninterrupted run's rows, snapshots gone."""
-    import dataclasses
-
-    real = protocol_run.train_prototypical
-    snapshots = []
-
-    def stopped_mid_stage(model, train, dev, cfg, *args, **kwargs):
-        snapshots.append(cfg.snapshot)
-        if len(snapshots) == 1:  # tiny pretraining: 20 episodes, a dev evaluation (and snapshot) every 10
-            steps = [0]
-
-            def kill_at_15(_n):
-                steps[0] += 1
-                if steps[0] == 15:
-                    raise KeyboardInterrupt("simulated kill")
-
-            cfg = dataclasses.replace(cfg, on_work=kill_at_15)
-        return real(model, train, dev, cfg, *args, **kwargs)
-
-    monkeypatch.setattr(protocol_run, "train_prototypical", stopped_mid_stage)
+    snapshots = stop_first_stage.snapshots
     with pytest.raises(KeyboardInterrupt):
         run_tiny(small_sent, tmp_path, models="euc")
     assert snapshots[0].name == "euc-pretrain.partial.pt"
     assert list((tmp_path / "checkpoints").rglob("*.partial.pt")) == [snapshots[0]]
     assert torch.load(snapshots[0], weights_only=True)["step"] == 10
-    monkeypatch.setattr(protocol_run, "train_prototypical", real)
+    stop_first_stage.restore()
     again = run_tiny(small_sent, tmp_path, models="euc")
     expected = [r for r in tiny_run[1]["rows"] if r["model"] == "euc"]
     assert [_without_timings(r) for r in again["rows"]] == [_without_timings(r) for r in expected]

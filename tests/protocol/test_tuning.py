@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 import dyntc.protocol as protocol
 from dyntc.data.types import Dataset, Split
@@ -14,14 +13,6 @@ from dyntc.errors import DyntcError
 from dyntc.protocol import Profile, make_plan, tune_profile
 from dyntc.protocol.runner import reproduce
 from dyntc.protocol.tuning import TuningGrid, candidates, parse_grid, select, tune
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---- grid and selection rule -----------------------------------------------------------------------

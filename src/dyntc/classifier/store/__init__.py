@@ -13,7 +13,7 @@ Where a store lives (its *location*):
 The SQL below is written once; a small dialect object (:class:`Dialect`) supplies what differs:
 placeholders (``?``; PostgreSQL's driver gets ``%s``), column types (BLOB / BYTEA), how a reader and
 a writer open their transactions (``BEGIN IMMEDIATE``; ``BEGIN`` + ``pg_advisory_xact_lock`` on a
-key of the model), the PRAGMAs or session settings of a connection, error mapping, size on disk,
+key of the model), the PRAGMAs or per-connection settings, error mapping, size on disk,
 compaction, and how other processes learn of a new version (LISTEN/NOTIFY, or polling). Callers
 never ask which backend they have. Statements both engines accept (``INSERT ... ON CONFLICT DO
 NOTHING``, partial indexes, explicit ids) are used as they are, so nothing is translated but the
