@@ -1,5 +1,6 @@
 """A real ``dyntc serve`` process on 127.0.0.1 for the tests, and a stdlib HTTP client."""
 
+import http.client
 import json
 import os
 import signal
@@ -11,6 +12,8 @@ import urllib.error
 import urllib.request
 
 TOKEN = "s3cret-token-0123456789"
+# What a client sees when the server dies mid-request: refused/reset, or cut off after the headers.
+SERVER_GONE = (OSError, http.client.HTTPException)
 
 
 def _free_port() -> int:

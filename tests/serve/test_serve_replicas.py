@@ -14,7 +14,7 @@ import time
 import pytest
 from _toy import toy_classifier
 from _postgres import postgres  # noqa: F401  (the fixture)
-from _server import Server
+from _server import SERVER_GONE, Server
 
 from dyntc import DynamicClassifier
 
@@ -91,7 +91,7 @@ def test_concurrent_writers_on_all_replicas_and_a_kill_lose_nothing_acknowledged
             name = f"w{i}_{k}"
             try:
                 status, body = servers[i].call("POST", "/labels", {"name": name, "examples": [f"{name} text", "x"]})
-            except OSError:  # the replica was killed: nothing acknowledged
+            except SERVER_GONE:  # the replica was killed: nothing acknowledged
                 return
             if status == 201:
                 with lock:

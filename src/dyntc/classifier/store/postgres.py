@@ -22,6 +22,7 @@ process per operation would cost milliseconds; every read of the HTTP service as
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
@@ -113,9 +114,24 @@ class _Pool:
                 return
         conn.close()
 
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = (self.idle if self.pid == os.getpid() else []), []
+        for conn, _ in idle:
+            conn.close()
+
 
 _POOLS: dict[tuple[str, str], _Pool] = {}
 _POOLS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_pools() -> None:
+    """Say goodbye to the server at exit rather than leave it to notice a dropped socket."""
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+    for pool in pools:
+        pool.close()
 
 
 def _pool(conninfo: str, schema: str) -> _Pool:
