@@ -11,7 +11,7 @@ restore) go through one :class:`Service`:
   reference; a read takes the reference once. So a prediction sees the old or the new label set,
   never a mix.
 - **Readers never wait on writers.** A write embeds its examples before it takes the store's write
-  lock and holds that lock only to commit (:func:`dyntc.classifier.saving.commit_changes`: if another
+  lock and holds that lock only to commit (:meth:`DynamicClassifier.edit`: if another
   process committed meanwhile, the operation is applied again to the newest version). A version
   committed by another process (a ``dyntc labels`` command, another replica) is loaded in the
   background, by a follower thread (:meth:`~dyntc.classifier.store.ModelStore.follow`: told at once
@@ -62,7 +62,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from dyntc.classifier import DynamicClassifier, ModelStore, replay, saving
+from dyntc.classifier import DynamicClassifier, ModelStore
 from dyntc.classifier.store import StoreFullError, StoreUnavailableError
 from dyntc.encoders.pretrained import no_disk_cache
 from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError, is_int, is_number
@@ -165,7 +165,7 @@ class Service:
 
     def _load(self) -> DynamicClassifier:
         """The newest version, ready to answer: its cosine head (if any) trained before anyone reads it."""
-        clf = saving.from_snapshot(DynamicClassifier, self.store.read())
+        clf = DynamicClassifier.load(self.store)
         if clf.head is not None:
             clf.refresh(wait=True)
         return clf
@@ -204,16 +204,12 @@ class Service:
 
     def write(self, op: Callable[[DynamicClassifier], Any], chars: int) -> DynamicClassifier:
         """Apply `op` to a copy of the newest classifier and commit it as one version; returns it."""
-        with self._write_lock:
-            new = self.current().copy()
-            log = replay.start(new)
-            try:
+        with self._write_lock, no_disk_cache():
+            with DynamicClassifier.edit(self.store, base=self.current(), op="http") as new:
                 with self.workers.take(chars):
                     op(new)  # embeds the new examples, before the store's write lock
-                with no_disk_cache():  # the lock wait holds no embedding worker
-                    saving.commit_changes(self.store, new, log, "http")
-            finally:
-                replay.stop(new)
+            # committed when the block ended (replayed on the newest version if another process
+            # committed meanwhile); the lock wait held no embedding worker
             self._swap(new)
         return new
 

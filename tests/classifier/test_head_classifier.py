@@ -117,7 +117,7 @@ def test_scores_by_hand_on_a_tiny_label_set():
     labels.head = live_head.Trained(((support["a"], w_a), (support["b"], w_b)), 16.0, 0.125, {})
     clf._labels = labels
     config = live_head.head_config(clf.head_options)[0]
-    v = clf._head_view(labels)
+    v = live_head.view(labels, config)
     assert v.classes == ("a", "b", "m") and v.imprinted == ("m",)
     q = torch.stack([e[1], (e[0] + e[3]) / math.sqrt(2)])
     s = live_head.scores(v, labels, q, config).numpy()
@@ -130,9 +130,9 @@ def test_scores_by_hand_on_a_tiny_label_set():
     assert [label for label, _ in clf.nearest_labels(clf.squared_distances(s), 3)[0]] == ["b", "m", "a"]
     # b renamed keeps its support object, so its trained weight; b given an example loses it
     labels.rename_label("b", "c")
-    assert clf._head_view(labels).imprinted == ("m",)
+    assert live_head.view(labels, config).imprinted == ("m",)
     labels.add_examples("c", ["one more example"])
-    assert clf._head_view(labels).imprinted == ("c", "m")
+    assert live_head.view(labels, config).imprinted == ("c", "m")
 
 
 def test_prototype_score_option_adds_the_product_distance():

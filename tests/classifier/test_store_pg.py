@@ -169,7 +169,7 @@ def test_a_full_disk_a_lost_connection_and_dropped_tables_are_reported(postgres)
     assert store.head_version() == 1  # the pool noticed and reconnected
     # a server nobody listens on
     with pytest.raises(StoreUnavailableError, match="is gone or unreadable"):
-        ModelStore.open(f"postgresql://postgres@127.0.0.1:1/postgres?model=x&connect_timeout=2")
+        ModelStore.open("postgresql://postgres@127.0.0.1:1/postgres?model=x&connect_timeout=2")
     # the model's tables dropped under it
     postgres.sql(f'DROP SCHEMA "{schema}" CASCADE')
     for call in (store.check, store.read, store.versions, lambda: _commit(store, {"b": _support(rng, "b", 2)})):

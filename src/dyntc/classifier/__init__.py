@@ -2,14 +2,16 @@
 
 - :mod:`~dyntc.classifier.model`: the encoder + metric as a space for texts (points, means, distances);
 - :mod:`~dyntc.classifier.labels`: the label set (support examples, prototypes, label operations);
-- :mod:`~dyntc.classifier.fit`: episodic training and fine-tuning;
+- :mod:`~dyntc.classifier.head` and :mod:`~dyntc.classifier.live_head`: the cosine head over the
+  label set, and its background refresh;
+- :mod:`~dyntc.classifier.fit`: the trainer (episodic training and fine-tuning of a network);
 - :mod:`~dyntc.classifier.calibration`: temperature, calibration error, out-of-scope threshold;
 - :mod:`~dyntc.classifier.store`: the versioned, locked, crash-safe store of a model directory
   (shared by the library, the CLI and the HTTP service), and :mod:`~dyntc.classifier.saving`:
   the classifier committed to and rebuilt from it;
-- :mod:`~dyntc.classifier.params`: the checks of the estimator's parameters;
+- :mod:`~dyntc.classifier.params`: what the estimator's parameters accept and mean;
 - :mod:`~dyntc.classifier.estimator`: :class:`DynamicClassifier`, the scikit-learn-style estimator
-  that joins them.
+  that holds the state and joins them (none of them knows it).
 """
 
 from dyntc.classifier.estimator import DynamicClassifier

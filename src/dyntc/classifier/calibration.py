@@ -16,16 +16,10 @@ own prototypes are too small), over the classifier's scores s (``decision_functi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Self
 
-import numpy as np
 import torch
 
-from dyntc.classifier.fit import check_pairs
-from dyntc.classifier.labels import check_examples
-from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, is_number
 
 
@@ -152,77 +146,3 @@ def check_threshold(value: object) -> float:
     if not (is_number(value) and math.isfinite(value) and value > 0):
         raise DyntcError(f"threshold must be a finite distance > 0 (or None to choose it from the data), got {value!r}")
     return float(value)
-
-
-class CalibrationMixin:
-    """:class:`~dyntc.classifier.DynamicClassifier`'s temperature and out-of-scope threshold: the
-    probabilities of ``predict_proba`` and the rejection of ``predict(reject=True)``."""
-
-    def _calibration(self) -> Calibration | None:
-        """``calibration_`` if it was fitted on this classifier's scorer (a stored one may predate the head)."""
-        cal = self.calibration_
-        return cal if cal is not None and cal.scorer == self._scorer() else None
-
-    @property
-    def temperature_(self) -> float:
-        """The temperature T of :meth:`predict_proba`: calibrated, or before :meth:`calibrate` the model's own
-        (``prior_temperature_``)."""
-        self._check_fitted()
-        cal = self._calibration()
-        return cal.temperature if cal is not None else self.prior_temperature_
-
-    @property
-    def prior_temperature_(self) -> float:
-        """The temperature before calibration: with ``head=None`` ``1/s`` for the model's logit scale s (its
-        logits are ``-s d²``); with the head 1 (its scores are logits already)."""
-        self._check_fitted()
-        if self._scorer() != "prototype":
-            return 1.0
-        return 1.0 / float(self.space_.model.scale())
-
-    def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
-        """:meth:`predict_proba` from scores already computed (:meth:`decision_function`)."""
-        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
-
-    def require_calibration(self, what: str) -> Calibration:
-        """The calibration, or a clear error naming `what` needed it."""
-        self._check_fitted()
-        cal = self._calibration()
-        if cal is None and self.calibration_ is not None:
-            raise DyntcError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
-                             f"scores and this classifier scores with {self._scorer()!r} (head={self.head!r}): "
-                             "call calibrate(texts, labels) again, or set the head it was fitted with")
-        if cal is None:
-            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
-                             "labelled texts first (fine_tune resets the calibration)")
-        return cal
-
-    @recorded
-    def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
-                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> Self:
-        """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
-
-        `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).
-        The threshold is the smallest distance to the nearest label (:meth:`squared_distances`) that costs at most
-        `max_accuracy_drop` accuracy on them when farther texts are rejected; `threshold` sets it
-        instead. `oos_texts` (optional out-of-scope examples) measure the share it rejects. What was
-        fitted and measured (expected calibration error before/after, accuracies, OOS recall) is in
-        ``calibration_``; it is saved with the classifier."""
-        self._check_fitted()
-        max_drop = check_max_drop(max_accuracy_drop)
-        fixed = None if threshold is None else check_threshold(threshold)
-        texts, labels = check_pairs(texts, labels)
-        index = {c: i for i, c in enumerate(self.classes_)}
-        unknown = sorted(set(labels) - index.keys())
-        if unknown:
-            raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
-                             "or leave those texts out (out-of-scope texts go in oos_texts)")
-        oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
-        scores = self._scores(texts)
-        oos_d2 = self.squared_distances(self._scores(oos)) if oos else None
-        self.calibration_ = fit_calibration(self.squared_distances(scores), torch.tensor([index[label] for label in labels]),
-                                            oos_d2, max_accuracy_drop=max_drop, threshold=fixed,
-                                            prior_temperature=self.prior_temperature_, scores=scores,
-                                            scorer=self._scorer())
-        self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
-        return self

@@ -15,14 +15,13 @@ only changes the support sets, so it takes effect at once, without waiting for t
     clf.predict(["I need a room in rome for friday"])          # -> ["book_hotel"]
     clf.save("model/");  clf = DynamicClassifier.load("model/")
 
-The parts: :class:`~dyntc.classifier.model.MetricSpace` (encoder + metric), the
-:class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label operations),
-:mod:`~dyntc.classifier.fit` (training) and :class:`~dyntc.classifier.store.ModelStore`
-(versioned persistence). This class holds the scikit-learn-style parameters, fit, fine-tuning and
-prediction; its parameter conventions, label operations, calibration and persistence methods come
-from the mixins next to what they use: :class:`~dyntc.classifier.params.ParamsMixin`,
-:class:`~dyntc.classifier.labels.LabelOperationsMixin`,
-:class:`~dyntc.classifier.calibration.CalibrationMixin` and :class:`~dyntc.classifier.saving.PersistenceMixin`.
+The parts, none of which knows this class: :class:`~dyntc.classifier.model.MetricSpace` (encoder +
+metric), the :class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label
+operations), :mod:`~dyntc.classifier.params` (what the parameters accept and mean),
+:mod:`~dyntc.classifier.fit` (the trainer: takes a network and a config, returns what it trained),
+:class:`~dyntc.classifier.live_head.LiveHead` (the cosine head and its background refresh),
+:mod:`~dyntc.classifier.calibration` and :mod:`~dyntc.classifier.saving` over the versioned
+:class:`~dyntc.classifier.store.ModelStore`. This class holds the state and the public methods.
 
 The SRU encoder's vocabulary is fixed at ``fit`` (the training words GloVe knows). With
 ``extend_vocab=True`` (the default) the words of later examples that GloVe knows are appended to it
@@ -33,26 +32,31 @@ texts embedded earlier keep their points.
 from __future__ import annotations
 
 import copy
-import threading
-from collections.abc import Sequence
+import inspect
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
 
 import numpy as np
 import torch
 
 from dyntc.classifier import fit as trainer
-from dyntc.classifier import live_head
-from dyntc.classifier.calibration import CalibrationMixin
-from dyntc.classifier.labels import LabelOperationsMixin, LabelSet, check_examples
+from dyntc.classifier import replay, saving
+from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
+from dyntc.classifier.labels import LabelSet, check_examples
+from dyntc.classifier.live_head import LiveHead, head_config
 from dyntc.classifier.model import MetricSpace
-from dyntc.classifier.replay import recorded
-from dyntc.classifier.saving import PersistenceMixin
 from dyntc.classifier.params import (
-    ParamsMixin, encoder_options, network_options, space_options, train_config, training_mode,
+    check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
+from dyntc.classifier.replay import recorded
+from dyntc.classifier.store import ModelStore, is_store
 from dyntc.errors import DyntcError, NotFittedError, is_int
 
 
-class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, PersistenceMixin):
+class DynamicClassifier:
     """Text classifier with an editable label set (scikit-learn conventions): a cosine head over the
     support examples' points (default) or the nearest prototype.
 
@@ -179,6 +183,54 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self.device = device
         self.progress = progress
 
+    # ------------------------------------------------------------------ parameters (scikit-learn conventions)
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor parameters, as a dict (scikit-learn convention)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    @recorded
+    def set_params(self, **params) -> Self:
+        """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
+        ``extend_vocab``, ``debias``, ``head``, ``head_options`` and ``progress`` apply at once: a new
+        head or new head options retrain the head at the next prediction and drop the calibration)."""
+        from dyntc.machine import check_device
+
+        valid = self._param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
+            check_param(name, value)
+            if name == "device":
+                check_device(value, "device")
+            if name == "head_options":
+                head_config(value)
+            labels = self.__dict__.get("_labels")
+            if name in ("head", "head_options") and value != getattr(self, name):
+                live = self.__dict__.pop("_live", None)
+                if live is not None:
+                    live.retire()  # a refresh it is running is dropped, not installed
+                if labels is not None:
+                    labels.head = labels.head_view = None  # retrained at the next prediction
+                    self.calibration_ = None
+            if name == "debias" and labels is not None and labels.debias != value:
+                labels.debias = value
+                self.calibration_ = None  # fitted on the other distances
+            setattr(self, name, value)
+        if getattr(self, "space_", None) is not None:
+            for name, value in space_options(self.get_params()).items():
+                setattr(self.space_, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
     # ------------------------------------------------------------------ fitted state
 
     def _check_fitted(self) -> None:
@@ -208,9 +260,15 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
     def n_classes_(self) -> int:
         return len(self.labels_)
 
+    @property
+    def version_(self) -> int | None:
+        """The store version this classifier was loaded from or last committed as (None if never)."""
+        self._check_fitted()
+        return self._source[1] if self._source else None
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.pop("_head_refresh", None)  # a lock and a thread: a deep copy or an unpickled one makes its own
+        state.pop("_live", None)  # a lock and a thread: a deep copy or an unpickled one makes its own
         return state
 
     def copy(self) -> "DynamicClassifier":
@@ -220,7 +278,7 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self._check_fitted()
         other = copy.copy(self)
         other.__dict__.pop("_replay", None)  # a copy starts without a replay log (replay.py)
-        other.__dict__.pop("_head_refresh", None)  # ... and refreshes its own head in its own thread
+        other.__dict__.pop("_live", None)  # ... and refreshes its own head in its own thread
         if self.head_options is not None:
             other.head_options = dict(self.head_options)
         other._labels = self._labels.copy()  # shares the head's last refresh: immutable
@@ -240,21 +298,22 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         from dyntc.encoders import create_encoder
         from dyntc.models import PrototypicalNetwork
 
-        self._validate_params()
+        params = self.get_params()
+        validate_params(params)
         texts, labels = trainer.check_pairs(texts, labels)
         classes = sorted(set(labels))
         dev_pair = trainer.check_dev(dev, classes)
-        training = training_mode(self)
+        training = training_mode(params)
         if training != "none":
             trainer.episodic_classes(labels, classes, self.n_support)  # fail before building the encoder
         torch.manual_seed(self.seed)
-        encoder = create_encoder(self.encoder, texts, **encoder_options(self))
-        model = PrototypicalNetwork(encoder, self.metric, **network_options(self))
+        encoder = create_encoder(self.encoder, texts, **encoder_options(params))
+        model = PrototypicalNetwork(encoder, self.metric, **network_options(params))
         items = encoder.featurize(texts)  # once, for the episodes and the prototypes
         self.train_result_ = None
         if training != "none":
             self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
-                                                         train_config(self, self.episodes, self.lr))
+                                                         train_config(params, self.episodes, self.lr))
         self._adopt(model, texts, labels, items)
         return self
 
@@ -279,7 +338,7 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
             if name in config and name in cls._param_names():
                 params.setdefault(name, config[name])
         clf = cls(**params)
-        clf._validate_params()
+        validate_params(clf.get_params())
         texts, labels = trainer.check_pairs(texts, labels)
         clf.train_result_ = None
         clf._adopt(network, texts, labels)
@@ -287,8 +346,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
 
     def _adopt(self, model, texts: Sequence[str], labels: Sequence[str], items: list | None = None) -> None:
         """Make `model` this classifier's network and (`texts`, `labels`) its label set."""
-        self.space_ = MetricSpace(model, **space_options(self))
-        self._install(texts, labels, items)
+        self.space_ = MetricSpace(model, **space_options(self.get_params()))
+        self._labels = LabelSet.embedded(self.space_, texts, labels, items, debias=self.debias)
         self.calibration_ = None
         self._source: tuple[str, int] | None = None
         if self.head is not None:
@@ -314,25 +373,80 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         than ``n_support + 1`` examples only appear as prototypes, not in episodes.
         """
         self._check_fitted()
-        trainer.fine_tune(self, texts, labels, episodes=episodes, lr=lr, dev=dev, add_to_support=add_to_support)
+        params = self.get_params()
+        if not any(p.requires_grad for p in self.space_.model.parameters()):
+            raise DyntcError(f"this classifier has nothing to train (train={training_mode(params)!r}: a frozen "
+                             "backbone without head); fit one with train='backbone' or train='head' to fine-tune")
+        texts, labels = trainer.check_fine_tune(texts, labels, self.classes_, episodes, lr)
+        dev_pair = trainer.check_dev(dev, self.classes_)  # before anything changes
+        config = train_config(params, episodes, self.lr if lr is None else lr)
+        self.fine_tune_result_, self._labels = trainer.fine_tune(self._labels, texts, labels, dev_pair, config,
+                                                                 add_to_support=add_to_support)
+        self.calibration_ = None  # distances moved: calibrate again
         if self.head is not None:
             self.refresh(wait=True)
         return self
 
-    def _install(self, texts: Sequence[str], labels: Sequence[str], items: list | None = None,
-                 parts: Sequence[int] | None = None) -> None:
-        """A fresh label set from (`texts`, `labels`) (and each text's part of its label, for merged
-        labels): every text embedded again, every prototype rebuilt."""
-        points = self.space_.embed(texts, items)
-        groups: dict[str, list[int]] = {}
-        for i, y in enumerate(labels):
-            groups.setdefault(y, []).append(i)
-        self._labels = LabelSet.from_groups(self.space_, {
-            y: ([texts[i] for i in idx], points[torch.as_tensor(idx, dtype=torch.long)].clone(),
-                None if parts is None else [parts[i] for i in idx])
-            for y, idx in groups.items()
-        }, debias=self.debias)
-        self._labels.changed = set(groups)
+    # ------------------------------------------------------------------ label operations
+    # Each changes the label set at once and returns the new ``classes_``; the cosine head scores a
+    # touched label by its prototype until the background refresh retrains it.
+
+    def support(self, name: str) -> list[str]:
+        """The support texts of label `name` (a copy)."""
+        return list(self.labels_.support(name).texts)
+
+    def support_counts(self) -> dict[str, int]:
+        """Number of support examples of every label, in ``classes_`` order."""
+        return self.labels_.counts()
+
+    def _labels_changed(self) -> list[str]:
+        live = self._live_head()
+        if live is not None:
+            live.labels_changed(self._labels)
+        return self.classes_
+
+    @recorded
+    def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
+        self.labels_.add_label(name, examples)
+        return self._labels_changed()
+
+    @recorded
+    def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Add support `examples` to the existing label `name`; its prototype moves at once."""
+        self.labels_.add_examples(name, examples)
+        return self._labels_changed()
+
+    @recorded
+    def remove_label(self, name: str) -> list[str]:
+        """Remove label `name` (it can no longer be predicted). At least one label must remain."""
+        self.labels_.remove_label(name)
+        return self._labels_changed()
+
+    @recorded
+    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
+        """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
+
+        Rule: the given examples define the new labels; the old label and its prototype disappear.
+        A new name may reuse `name` itself but no other existing label. With ``reassign=True`` every
+        stored support example of the old label also joins the new label whose prototype (from the
+        given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
+        """
+        self.labels_.split_label(name, parts, reassign=reassign)
+        return self._labels_changed()
+
+    @recorded
+    def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
+        """Merge the labels `names` (at least two) into one label `into` whose support set is their
+        union. `into` may be one of `names` or a new name (not another existing label)."""
+        self.labels_.merge_labels(names, into)
+        return self._labels_changed()
+
+    @recorded
+    def rename_label(self, old: str, new: str) -> list[str]:
+        """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
+        self.labels_.rename_label(old, new)
+        return self._labels_changed()
 
     # ------------------------------------------------------------------ the cosine head
 
@@ -340,52 +454,16 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         """What the scores are: ``"prototype"`` (``head=None``) or the head's name."""
         return "prototype" if self.head is None else self.head
 
-    def _head_config(self) -> tuple[live_head.HeadConfig, float]:
-        return live_head.head_config(self.head_options)
-
-    def _head_runtime(self) -> dict:
-        """This classifier's own refresh lock and background refresher (a copy makes its own)."""
-        runtime = self.__dict__.get("_head_refresh")
-        if runtime is None:
-            runtime = self.__dict__.setdefault("_head_refresh", {
-                "lock": threading.Lock(),
-                "refresher": live_head.Refresher(self._refresh_in_background, self._head_config()[1]),
-            })
-        return runtime
-
-    def _head_view(self, labels: LabelSet) -> live_head.View:
-        config = self._head_config()[0]
-        if labels.head is None:  # never trained (just loaded, refitted, options changed): train now
-            self._refresh_labels(labels, config)
-        return live_head.view(labels, config)
-
-    def _refresh_labels(self, labels: LabelSet, config: live_head.HeadConfig, *, force: bool = False) -> dict | None:
-        """Train the head on `labels` as they are and install the result (one assignment); under this
-        classifier's refresh lock, so never two at once. Labels changed meanwhile stay imprinted and
-        schedule the next refresh. Returns the refresh's info (None if another thread just did it)."""
-        with self._head_runtime()["lock"]:
-            if labels.head is not None and not force:
-                return None
-            trained, snapshot = live_head.train(labels, config)
-            if config != self._head_config()[0]:  # options changed while it trained: the result is stale
-                return None
-            labels.head = trained
-            now = live_head.view(labels, config)
-        changed = set(map(id, now.supports)) - set(map(id, snapshot.supports))
-        if changed and labels is self._labels:
-            self._head_runtime()["refresher"].schedule(labels)
-        return {**trained.info, "imprinted": list(now.imprinted)}
-
-    def _refresh_in_background(self, labels: LabelSet) -> None:
-        if self.head is not None:
-            self._refresh_labels(labels, self._head_config()[0], force=True)
-
-    def _labels_changed(self) -> None:
-        """After a label operation: touched labels are imprinted at once; a refresh follows in the background."""
-        if self.head is not None and self._labels.head is not None:
-            runtime = self._head_runtime()
-            runtime["refresher"].delay = self._head_config()[1]
-            runtime["refresher"].schedule(self._labels)
+    def _live_head(self) -> LiveHead | None:
+        """This classifier's own :class:`LiveHead` (None with ``head=None``); made at first use."""
+        if self.head is None:
+            return None
+        live = self.__dict__.get("_live")
+        if live is None:
+            owner = weakref.ref(self)
+            live = self.__dict__.setdefault("_live", LiveHead(
+                self.head_options, lambda: getattr(owner(), "_labels", None)))
+        return live
 
     def refresh(self, wait: bool = True) -> dict | None:
         """Retrain the cosine head on every stored example now. ``wait=True``: synchronously (after a
@@ -395,32 +473,27 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         self._check_fitted()
         if not isinstance(wait, bool):
             raise DyntcError(f"wait must be True or False, got {wait!r}")
-        if self.head is None:
+        live = self._live_head()
+        if live is None:
             raise DyntcError("refresh() applies to the cosine head; this classifier has head=None")
         if not wait:
-            self._head_runtime()["refresher"].schedule(self._labels, delay=0.0)
+            live.refresher.schedule(self._labels, delay=0.0)
             return None
-        return self._refresh_labels(self._labels, self._head_config()[0], force=True)
+        return live.refresh(self._labels, force=True)
 
     def wait_for_refresh(self, timeout: float | None = None) -> bool:
         """Block until no background refresh is pending or running (at most `timeout` seconds); True if idle."""
-        runtime = self.__dict__.get("_head_refresh")
-        return True if runtime is None else runtime["refresher"].wait(timeout)
+        live = self.__dict__.get("_live")
+        return True if live is None else live.refresher.wait(timeout)
 
     def head_status(self) -> dict | None:
         """The head's state, JSON-able: ``imprinted`` (labels scored by their prototype until the next
         refresh), ``refreshing`` (a background refresh pending or running) and the last refresh's
         ``seconds`` and ``examples``; None with ``head=None`` or before the head was first trained."""
         self._check_fitted()
-        labels = self._labels
-        if self.head is None or labels.head is None:
-            return None
-        view = live_head.view(labels, self._head_config()[0])
-        runtime = self.__dict__.get("_head_refresh")
-        return {"head": self.head, "imprinted": list(view.imprinted),
-                "refreshing": bool(runtime and runtime["refresher"].busy),
-                "seconds": round(float(labels.head.info.get("seconds", 0.0)), 4),
-                "examples": int(labels.head.info.get("examples", 0))}
+        live = self._live_head()
+        status = None if live is None else live.status(self._labels)
+        return None if status is None else {"head": self.head, **status}
 
     # ------------------------------------------------------------------ prediction
 
@@ -432,9 +505,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         if not texts:
             return torch.zeros(0, len(labels), dtype=torch.float64)
         points = self.space_.embed(texts)
-        if self.head is None:
-            return -labels.sq_distances(points).double()
-        return live_head.scores(self._head_view(labels), labels, points, self._head_config()[0])
+        live = self._live_head()
+        return -labels.sq_distances(points).double() if live is None else live.scores(labels, points)
 
     def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The squared distances that :meth:`decision_function`'s scores stand for, ``(n, n_classes)``:
@@ -442,14 +514,8 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         the cosine head ``2 − 2 s / scale``, the squared distance on the unit sphere between the text's
         direction and the label's weight (plus twice the offset of an imprinted label). The nearest
         label is always the best-scored one; ``top_k``, the records and the rejection threshold use these."""
-        s = torch.as_tensor(scores).double()
-        if self.head is None:
-            return -s
-        return live_head.sq_distances(s, self._head_config()[0])
-
-    def _query(self, texts: Sequence[str]) -> torch.Tensor:
-        """Squared distances of `texts` to every label (:meth:`squared_distances` of their scores)."""
-        return self.squared_distances(self._scores(texts))
+        live = self._live_head()
+        return -torch.as_tensor(scores).double() if live is None else live.sq_distances(scores)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Points of `texts` in the metric space: ``(n, d)`` Euclidean, ``(n, d + 1)`` on the hyperboloid."""
@@ -477,12 +543,16 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         with ``head=None``)."""
         return self.proba_from_scores(self._scores(texts))
 
+    def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
+        """:meth:`predict_proba` from scores already computed (:meth:`decision_function`)."""
+        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
+
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
         """For every text, the `k` best labels as ``(label, distance)``, nearest (best-scored) first;
         the distance is the square root of :meth:`squared_distances`."""
         if not (is_int(k) and k >= 1):
             raise DyntcError(f"k must be an integer >= 1, got {k!r}")
-        return self.nearest_labels(self._query(texts), k)
+        return self.nearest_labels(self.squared_distances(self._scores(texts)), k)
 
     def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[str, float]]]:
         """From squared distances ``(n, n_classes)`` (``squared_distances(decision_function(texts))``), the
@@ -522,6 +592,173 @@ class DynamicClassifier(ParamsMixin, LabelOperationsMixin, CalibrationMixin, Per
         """Accuracy of :meth:`predict` on (`texts`, `labels`)."""
         texts, labels = trainer.check_pairs(texts, labels)
         return float(np.mean([p == y for p, y in zip(self.predict(texts), labels)]))
+
+    # ------------------------------------------------------------------ calibration
+    # The temperature of predict_proba and the out-of-scope threshold of predict(reject=True)
+    # (classifier/calibration.py), fitted on held-out texts.
+
+    def _calibration(self) -> Calibration | None:
+        """``calibration_`` if it was fitted on this classifier's scorer (a stored one may predate the head)."""
+        cal = self.calibration_
+        return cal if cal is not None and cal.scorer == self._scorer() else None
+
+    @property
+    def temperature_(self) -> float:
+        """The temperature T of :meth:`predict_proba`: calibrated, or before :meth:`calibrate` the model's own
+        (``prior_temperature_``)."""
+        self._check_fitted()
+        cal = self._calibration()
+        return cal.temperature if cal is not None else self.prior_temperature_
+
+    @property
+    def prior_temperature_(self) -> float:
+        """The temperature before calibration: with ``head=None`` ``1/s`` for the model's logit scale s (its
+        logits are ``-s d²``); with the head 1 (its scores are logits already)."""
+        self._check_fitted()
+        return 1.0 if self.head is not None else 1.0 / float(self.space_.model.scale())
+
+    def require_calibration(self, what: str) -> Calibration:
+        """The calibration, or a clear error naming `what` needed it."""
+        self._check_fitted()
+        cal = self._calibration()
+        if cal is None and self.calibration_ is not None:
+            raise DyntcError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
+                             f"scores and this classifier scores with {self._scorer()!r} (head={self.head!r}): "
+                             "call calibrate(texts, labels) again, or set the head it was fitted with")
+        if cal is None:
+            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+                             "labelled texts first (fine_tune resets the calibration)")
+        return cal
+
+    @recorded
+    def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
+                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> Self:
+        """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
+
+        `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).
+        The threshold is the smallest distance to the nearest label (:meth:`squared_distances`) that costs at most
+        `max_accuracy_drop` accuracy on them when farther texts are rejected; `threshold` sets it
+        instead. `oos_texts` (optional out-of-scope examples) measure the share it rejects. What was
+        fitted and measured (expected calibration error before/after, accuracies, OOS recall) is in
+        ``calibration_``; it is saved with the classifier."""
+        self._check_fitted()
+        max_drop = check_max_drop(max_accuracy_drop)
+        fixed = None if threshold is None else check_threshold(threshold)
+        texts, labels = trainer.check_pairs(texts, labels)
+        index = {c: i for i, c in enumerate(self.classes_)}
+        unknown = sorted(set(labels) - index.keys())
+        if unknown:
+            raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
+                             "or leave those texts out (out-of-scope texts go in oos_texts)")
+        oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
+        scores = self._scores(texts)
+        oos_d2 = self.squared_distances(self._scores(oos)) if oos else None
+        self.calibration_ = fit_calibration(self.squared_distances(scores), torch.tensor([index[label] for label in labels]),
+                                            oos_d2, max_accuracy_drop=max_drop, threshold=fixed,
+                                            prior_temperature=self.prior_temperature_, scores=scores,
+                                            scorer=self._scorer())
+        self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
+        return self
+
+    # ------------------------------------------------------------------ persistence (classifier/saving.py)
+
+    def save(self, path: str | Path | ModelStore) -> str | Path:
+        """Commit the classifier to the model directory `path` (or a ``postgresql://`` URL) as a new
+        version; returns the location (a Path, or the URL).
+
+        The location holds a versioned store (:mod:`dyntc.classifier.store`): saving a classifier
+        loaded from `path` stores only the labels changed since, and fails with a clear error if
+        another writer committed in between (its changes would be lost); saving any other classifier
+        replaces the content, keeping the older versions restorable. A crash never leaves half a
+        version on disk.
+        """
+        self._check_fitted()
+        if isinstance(path, ModelStore):
+            store = path
+        else:
+            store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
+        with store.transaction() as txn:
+            version = saving.write_version(txn, self.space_, self._labels, self.get_params(), self.calibration_,
+                                           self._source, "save", check_base=True)
+            store_id = txn.store_id
+        self._committed(store_id, version)
+        return store.location
+
+    def _committed(self, store_id: str, version: int) -> None:
+        """After a commit landed (never before: a commit that fails must leave the changes pending)."""
+        self._labels.changed.clear()
+        self._labels.log.clear()
+        self._source = (store_id, version)
+
+    @classmethod
+    def load(cls, path: str | Path | ModelStore, version: int | None = None) -> Self:
+        """Load a saved classifier (its newest version, or `version`) from a model directory, a
+        ``postgresql://`` URL or an open :class:`~dyntc.classifier.store.ModelStore`, on the CPU (set
+        ``device`` afterwards to move it)."""
+        return cls._from_snapshot(saving.open_store(path).read(version))
+
+    @classmethod
+    def _from_snapshot(cls, snap) -> Self:
+        clf = cls(**saving.stored_params(snap, cls._param_names()))
+        clf.space_, clf._labels, clf.calibration_ = saving.read_version(snap, clf.get_params())
+        clf._source = (snap.store_id, snap.version)
+        return clf
+
+    @classmethod
+    @contextmanager
+    def edit(cls, path: str | Path | ModelStore, *, base: "DynamicClassifier | None" = None,
+             op: str = "edit") -> Iterator[Self]:
+        """Read-modify-write of a saved classifier, committed as one version::
+
+            with DynamicClassifier.edit("model/") as clf:
+                clf.add_label("refund", ["I want my money back", ...])
+
+        The block runs without the store's write lock (readers and other writers never wait for
+        its embedding); the lock is taken only to commit, as one version (its history says `op`),
+        when the block ends without error (nothing is committed otherwise). If another writer
+        committed meanwhile, the block's label operations, ``calibrate``, ``set_params`` and
+        ``fine_tune`` calls are applied again to the newest version, so no change is lost. Changes
+        made by assigning attributes directly are not replayed. `base`: a classifier already loaded
+        from this store, edited as a copy instead of loading (a service that holds one)."""
+        store = saving.open_store(path)
+        clf = cls.load(store) if base is None else base.copy()  # without the write lock
+        log = replay.start(clf)
+        try:
+            yield clf
+        finally:
+            replay.stop(clf)
+        if not (clf._labels.changed or clf._labels.log or clf.space_.weights_dirty):
+            return
+        with store.transaction() as txn:
+            if clf._source is None or txn.head != clf._source[1] or clf._source[0] != txn.store_id:
+                fresh = cls._from_snapshot(txn.read())  # another writer committed: replay on the newest version
+                replay.replay(fresh, log)
+                live = clf.__dict__.pop("_live", None)
+                if live is not None:
+                    live.retire()
+                clf.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_live"})
+            version = saving.write_version(txn, clf.space_, clf._labels, clf.get_params(), clf.calibration_,
+                                           clf._source, op)
+            store_id = txn.store_id
+        clf._committed(store_id, version)
+
+    @staticmethod
+    def versions(path: str | Path | ModelStore, limit: int | None = None) -> list[dict]:
+        """The committed versions of the classifier saved at `path`, newest first."""
+        return saving.list_versions(path, limit)
+
+    @staticmethod
+    def restore(path: str | Path | ModelStore, version: int) -> int:
+        """Make `version` of the classifier at `path` its newest version again (a new version; nothing
+        is deleted). Returns the new version's id."""
+        return saving.restore_version(path, version)
+
+    @staticmethod
+    def prune(path: str | Path | ModelStore, keep: int) -> dict:
+        """Delete the versions of the classifier at `path` older than the newest `keep` (they can no
+        longer be loaded or restored) and compact its store. Returns a summary (versions removed, the
+        range kept, bytes before and after)."""
+        return saving.prune_versions(path, keep)
 
     # ------------------------------------------------------------------ misc
 

@@ -1,4 +1,6 @@
-"""Training the network of a :class:`~dyntc.classifier.DynamicClassifier` (the trainer half).
+"""Training the network of a :class:`~dyntc.classifier.DynamicClassifier` (the trainer: it takes a
+network or a label set and a :class:`~dyntc.training.TrainConfig` and returns what it trained; it
+never sees the classifier).
 
 Episodic training as in the paper: episodes of up to ``max_classes`` labels with ``n_support``
 support examples each and ``n_query`` queries in total, cross-entropy over ``softmax(-d²)``, Adam,
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dyntc.classifier.params import train_config, training_mode
+from dyntc.classifier.labels import LabelSet
 from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.models import PrototypicalNetwork
 from dyntc.training import TrainConfig, TrainResult, train_prototypical
@@ -90,49 +92,52 @@ def train_episodic(model: PrototypicalNetwork, texts: Sequence[str], labels: Seq
     return result
 
 
-def fine_tune(clf: Any, texts: Sequence[str] | None, labels: Sequence[str] | None, *, episodes: int,
-              lr: float | None, dev: Any, add_to_support: bool) -> None:
-    """:meth:`DynamicClassifier.fine_tune <dyntc.classifier.DynamicClassifier.fine_tune>` on the fitted
-    classifier `clf`: episodes from its stored support sets plus the new pairs, then every stored
-    example re-embedded and the label set rebuilt (parts of merged labels kept)."""
-    if not any(p.requires_grad for p in clf.space_.model.parameters()):
-        raise DyntcError(f"this classifier has nothing to train (train={training_mode(clf)!r}: a frozen backbone "
-                         "without head); fit one with train='backbone' or train='head' to fine-tune")
+def check_fine_tune(texts: Any, labels: Any, classes: Sequence[str], episodes: Any, lr: Any
+                    ) -> tuple[list[str], list[str]]:
+    """:meth:`~dyntc.classifier.DynamicClassifier.fine_tune`'s arguments checked: the new pairs (empty
+    lists for none), whose labels must be among `classes`."""
     if not (is_int(episodes) and episodes >= 1):
         raise DyntcError(f"episodes must be an integer >= 1, got {episodes!r}")
     if lr is not None and not (is_number(lr) and lr > 0):
         raise DyntcError(f"lr must be a number > 0 (or None for the classifier's lr), got {lr!r}")
-    new_texts: list[str] = []
-    new_labels: list[str] = []
-    if texts is not None or labels is not None:
-        if texts is None or labels is None:
-            raise DyntcError("fine_tune needs both texts and labels (or neither)")
-        new_texts, new_labels = check_pairs(texts, labels, allow_empty=True)
-        unknown = sorted(set(new_labels) - set(clf.classes_))
-        if unknown:
-            raise DyntcError(f"labels {unknown[:5]} are not in the label set: add them with add_label first")
-    dev_pair = check_dev(dev, clf.classes_)  # before anything changes
-    stored = clf._labels.items()
+    if texts is None and labels is None:
+        return [], []
+    if texts is None or labels is None:
+        raise DyntcError("fine_tune needs both texts and labels (or neither)")
+    texts, labels = check_pairs(texts, labels, allow_empty=True)
+    unknown = sorted(set(labels) - set(classes))
+    if unknown:
+        raise DyntcError(f"labels {unknown[:5]} are not in the label set: add them with add_label first")
+    return texts, labels
+
+
+def fine_tune(labels: LabelSet, texts: Sequence[str], new_labels: Sequence[str],
+              dev: tuple[list[str], list[str]] | None, config: TrainConfig, *, add_to_support: bool
+              ) -> tuple[TrainResult, LabelSet]:
+    """Further episodic training of the network of `labels`' space: episodes from the stored support
+    sets plus the new pairs (`texts`, `new_labels`, checked with :func:`check_fine_tune`); returns the
+    training result and a new label set in which every stored example is embedded again (parts of
+    merged labels kept; with `add_to_support` the new pairs join their labels). `labels` is unchanged."""
+    space = labels.space
+    stored = labels.items()
     all_texts = [t for _, s in stored for t in s.texts]
     all_labels = [c for c, s in stored for _ in s.texts]
-    pool_texts, pool_labels = all_texts + new_texts, all_labels + new_labels
-    episodic_classes(pool_labels, clf.classes_, clf.n_support)
-    clf.space_.extend_vocabulary(new_texts)
-    model = clf.space_.model
-    items = model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
-    clf.fine_tune_result_ = train_episodic(
-        model, pool_texts, pool_labels, items, dev_pair, train_config(clf, episodes, clf.lr if lr is None else lr))
-    clf.space_.weights_changed()
-    clf.calibration_ = None  # distances moved: calibrate again
-    log = clf._labels.log + [{"op": "fine_tune", "episodes": clf.fine_tune_result_.steps, "examples": len(new_texts)}]
+    pool_texts, pool_labels = all_texts + list(texts), all_labels + list(new_labels)
+    episodic_classes(pool_labels, labels.classes, config.n_support)
+    space.extend_vocabulary(texts)
+    items = space.model.encoder.featurize(pool_texts)  # once, for the episodes and the prototypes
+    result = train_episodic(space.model, pool_texts, pool_labels, items, dev, config)
+    space.weights_changed()
     parts = [p for _, s in stored for p in s.stored_parts()]
     merged = {c for c, s in stored if s.n_parts > 1}
     keep = list(range(len(all_texts)))
     if add_to_support:  # new examples join their label as they are (part 0), except those of merged labels
         keep += [len(all_texts) + i for i, y in enumerate(new_labels) if y not in merged]
         parts += [0] * (len(keep) - len(all_texts))
-    clf._install([pool_texts[i] for i in keep], [pool_labels[i] for i in keep], [items[i] for i in keep], parts)
+    tuned = LabelSet.embedded(space, [pool_texts[i] for i in keep], [pool_labels[i] for i in keep],
+                              [items[i] for i in keep], parts, debias=labels.debias)
     if add_to_support:  # a merged label's new examples go to its nearest part, as add_examples does
         for label in sorted(merged & set(new_labels)):
-            clf._labels.add_examples(label, [t for t, y in zip(new_texts, new_labels) if y == label])
-    clf._labels.log = log
+            tuned.add_examples(label, [t for t, y in zip(texts, new_labels) if y == label])
+    tuned.log = labels.log + [{"op": "fine_tune", "episodes": result.steps, "examples": len(texts)}]
+    return result, tuned

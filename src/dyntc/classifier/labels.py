@@ -33,7 +33,6 @@ from typing import Any
 import torch
 
 from dyntc.classifier.model import MetricSpace
-from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError
 
 
@@ -121,6 +120,24 @@ class LabelSet:
         self = cls(space, debias=debias)
         self._support = {name: Support.of(*group) for name, group in sorted(groups.items())}
         self._refresh(self._support)
+        return self
+
+    @classmethod
+    def embedded(cls, space: MetricSpace, texts: Sequence[str], labels: Sequence[str], items: list | None = None,
+                 parts: Sequence[int] | None = None, *, debias: bool = True) -> "LabelSet":
+        """A set from (`texts`, `labels`), every text embedded (from its features `items`, if given) and
+        every prototype built; `parts`: each text's part of its label (merged labels). Every label
+        counts as changed (a commit writes them all)."""
+        points = space.embed(texts, items)
+        groups: dict[str, list[int]] = {}
+        for i, y in enumerate(labels):
+            groups.setdefault(y, []).append(i)
+        self = cls.from_groups(space, {
+            y: ([texts[i] for i in idx], points[torch.as_tensor(idx, dtype=torch.long)].clone(),
+                None if parts is None else [parts[i] for i in idx])
+            for y, idx in groups.items()
+        }, debias=debias)
+        self.changed = set(groups)
         return self
 
     def copy(self) -> "LabelSet":
@@ -344,69 +361,3 @@ class LabelSet:
             del self._prototypes[gone]
             self._spread.pop(gone, None)
         self._rows = self._correction = None
-
-
-class LabelOperationsMixin:
-    """:class:`~dyntc.classifier.DynamicClassifier`'s label operations: each changes the fitted
-    label set (``labels_``) at once, calls ``_labels_changed()`` (the classifier schedules its
-    head's background refresh there) and returns the new ``classes_``."""
-
-    def _labels_changed(self) -> None:
-        pass
-
-    def support(self, name: str) -> list[str]:
-        """The support texts of label `name` (a copy)."""
-        return list(self.labels_.support(name).texts)
-
-    def support_counts(self) -> dict[str, int]:
-        """Number of support examples of every label, in ``classes_`` order."""
-        return self.labels_.counts()
-
-    @recorded
-    def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
-        """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
-        self.labels_.add_label(name, examples)
-        self._labels_changed()
-        return self.classes_
-
-    @recorded
-    def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
-        """Add support `examples` to the existing label `name`; its prototype moves at once."""
-        self.labels_.add_examples(name, examples)
-        self._labels_changed()
-        return self.classes_
-
-    @recorded
-    def remove_label(self, name: str) -> list[str]:
-        """Remove label `name` (it can no longer be predicted). At least one label must remain."""
-        self.labels_.remove_label(name)
-        self._labels_changed()
-        return self.classes_
-
-    @recorded
-    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
-        """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
-
-        Rule: the given examples define the new labels; the old label and its prototype disappear.
-        A new name may reuse `name` itself but no other existing label. With ``reassign=True`` every
-        stored support example of the old label also joins the new label whose prototype (from the
-        given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
-        """
-        self.labels_.split_label(name, parts, reassign=reassign)
-        self._labels_changed()
-        return self.classes_
-
-    @recorded
-    def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
-        """Merge the labels `names` (at least two) into one label `into` whose support set is their
-        union. `into` may be one of `names` or a new name (not another existing label)."""
-        self.labels_.merge_labels(names, into)
-        self._labels_changed()
-        return self.classes_
-
-    @recorded
-    def rename_label(self, old: str, new: str) -> list[str]:
-        """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
-        self.labels_.rename_label(old, new)
-        self._labels_changed()
-        return self.classes_

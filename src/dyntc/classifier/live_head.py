@@ -312,6 +312,74 @@ class Refresher:
                     self.running = False
 
 
+class LiveHead:
+    """The cosine head of one classifier while it runs: its options, a lock so that two refreshes never
+    run at once, and its background :class:`Refresher`. A classifier makes its own (copies and
+    unpickled classifiers make theirs) and a new one when its head options change; the old one is
+    :meth:`retire`-d, and a refresh it was running is then dropped instead of installed.
+    `current_labels` gives the classifier's label set of the moment: labels changed during a refresh
+    are refreshed again only if they are still the classifier's."""
+
+    def __init__(self, options: Mapping[str, Any] | None, current_labels: Callable[[], Any]):
+        self.config, delay = head_config(options)
+        self._current_labels = current_labels
+        self._lock = threading.Lock()
+        self._retired = False
+        self.refresher = Refresher(self._refresh_in_background, delay)
+
+    def retire(self) -> None:
+        self._retired = True
+
+    def view(self, labels: Any) -> View:
+        """The scoring view of `labels`; a label set whose head was never trained (just loaded, refitted,
+        options changed) is trained now."""
+        if labels.head is None:
+            self.refresh(labels)
+        return view(labels, self.config)
+
+    def scores(self, labels: Any, points: torch.Tensor) -> torch.Tensor:
+        return scores(self.view(labels), labels, points, self.config)
+
+    def sq_distances(self, scores_: torch.Tensor | np.ndarray) -> torch.Tensor:
+        return sq_distances(scores_, self.config)
+
+    def refresh(self, labels: Any, *, force: bool = False) -> dict | None:
+        """Train on `labels` as they are and install the result (one assignment). Returns the refresh's
+        info (``imprinted``: labels changed meanwhile, which schedule the next refresh), or None if
+        another thread just trained them (without `force`) or this head was retired meanwhile."""
+        with self._lock:
+            if labels.head is not None and not force:
+                return None
+            trained, snapshot = train(labels, self.config)
+            if self._retired:  # the classifier's head options changed while it trained: stale
+                return None
+            labels.head = trained
+            now = view(labels, self.config)
+        changed = set(map(id, now.supports)) - set(map(id, snapshot.supports))
+        if changed and labels is self._current_labels():
+            self.refresher.schedule(labels)
+        return {**trained.info, "imprinted": list(now.imprinted)}
+
+    def _refresh_in_background(self, labels: Any) -> None:
+        if not self._retired:
+            self.refresh(labels, force=True)
+
+    def labels_changed(self, labels: Any) -> None:
+        """After a label operation: the touched labels are imprinted at once; a refresh follows in the
+        background (once the head was trained: until then, the first prediction trains it)."""
+        if labels.head is not None:
+            self.refresher.schedule(labels)
+
+    def status(self, labels: Any) -> dict | None:
+        """JSON-able: ``imprinted``, ``refreshing``, the last refresh's ``seconds`` and ``examples``;
+        None before the head was first trained."""
+        if labels.head is None:
+            return None
+        return {"imprinted": list(view(labels, self.config).imprinted), "refreshing": self.refresher.busy,
+                "seconds": round(float(labels.head.info.get("seconds", 0.0)), 4),
+                "examples": int(labels.head.info.get("examples", 0))}
+
+
 _REFRESHERS: "weakref.WeakSet[Refresher]" = weakref.WeakSet()
 _CLOSING = threading.Event()
 

@@ -1,15 +1,14 @@
-"""A :class:`~dyntc.classifier.DynamicClassifier`'s constructor parameters: their checks (done at
-``fit``, scikit-learn style: the constructor only stores them; every mistake is a :class:`DyntcError`
-naming the parameter and what it accepts), what they mean for the encoder, the network, training
-and the metric space, and the scikit-learn conventions over them (:class:`ParamsMixin`)."""
+"""A :class:`~dyntc.classifier.DynamicClassifier`'s constructor parameters: what each accepts (a
+declarative table, checked at ``fit``, scikit-learn style: the constructor only stores them; every
+mistake is a :class:`DyntcError` naming the parameter and what it accepts), and what they mean for
+the encoder, the network, training and the metric space. Functions of the parameters as a mapping
+(``clf.get_params()``): they read no classifier state."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any
 
-from dyntc.classifier.replay import recorded
 from dyntc.errors import DyntcError, is_int, is_number
 
 from dyntc.classifier.live_head import HEADS, head_config
@@ -69,138 +68,81 @@ def check_param(name: str, value: Any) -> None:
         raise DyntcError(f"{name} must be {what}, got {value!r}")
 
 
-def _train_modes(clf: Any) -> tuple[str, ...]:
+def _train_modes(params: Mapping[str, Any]) -> tuple[str, ...]:
     from dyntc.encoders import encoder_kind
 
-    return encoder_kind(clf.encoder).train_modes
+    return encoder_kind(params["encoder"]).train_modes
 
 
-def validate_params(clf: Any) -> None:
-    """Check every parameter of `clf` against PARAMETER_CONSTRAINTS, the train mode against the
-    encoder, and the encoder's options (builds nothing)."""
-    for name in PARAMETER_CONSTRAINTS:
-        check_param(name, getattr(clf, name))
-    modes = _train_modes(clf)
-    if clf.train is not None and clf.train not in modes:
-        raise DyntcError(f"train={clf.train!r} does not apply to encoder {clf.encoder!r}, which takes "
-                         f"{' or '.join(repr(m) for m in modes)} (or None = {modes[0]!r})")
-    clf._check_device(clf.device)
-    head_config(clf.head_options)
+def validate_params(params: Mapping[str, Any]) -> None:
+    """Check every parameter against PARAMETER_CONSTRAINTS, the train mode against the encoder, the
+    device, the head's options and the encoder's options (builds nothing)."""
     from dyntc.encoders import check_encoder_options
+    from dyntc.machine import check_device
 
+    for name in PARAMETER_CONSTRAINTS:
+        check_param(name, params[name])
+    modes = _train_modes(params)
+    if params["train"] is not None and params["train"] not in modes:
+        raise DyntcError(f"train={params['train']!r} does not apply to encoder {params['encoder']!r}, which takes "
+                         f"{' or '.join(repr(m) for m in modes)} (or None = {modes[0]!r})")
+    check_device(params["device"], "device")
+    head_config(params["head_options"])
     try:
-        check_encoder_options(clf.encoder, **encoder_options(clf))
+        check_encoder_options(params["encoder"], **encoder_options(params))
     except DyntcError as exc:
-        raise DyntcError(f"{exc} (encoder={clf.encoder!r}, encoder_options={clf.encoder_options!r})") from None
+        raise DyntcError(f"{exc} (encoder={params['encoder']!r}, encoder_options={params['encoder_options']!r})") from None
 
 
-def training_mode(clf: Any) -> str:
+def training_mode(params: Mapping[str, Any]) -> str:
     """`train` resolved: what fit trains (see the class docstring)."""
-    return clf.train if clf.train is not None else _train_modes(clf)[0]
+    return params["train"] if params["train"] is not None else _train_modes(params)[0]
 
 
-def encoder_options(clf: Any) -> dict:
+def encoder_options(params: Mapping[str, Any]) -> dict:
     """Keyword options of the encoder factory; ``encoder_options`` override (None = the encoder's default)."""
-    training = training_mode(clf)
+    training = training_mode(params)
+    p = params
     if training == "encoder":  # the SRU, trained as a whole
-        options = {"hidden_size": clf.hidden_size, "num_layers": clf.num_layers, "dropout": clf.dropout,
-                   "max_len": clf.max_len, "embeddings": clf.embeddings}
-    elif clf.encoder == "hashing":  # nothing to shape but its own options
+        options = {"hidden_size": p["hidden_size"], "num_layers": p["num_layers"], "dropout": p["dropout"],
+                   "max_len": p["max_len"], "embeddings": p["embeddings"]}
+    elif p["encoder"] == "hashing":  # nothing to shape but its own options
         options = {}
     elif training == "head":
-        options = {"mode": "frozen", "hidden_size": clf.hidden_size, "num_layers": clf.num_layers,
-                   "dropout": clf.dropout, "max_len": clf.max_len}
+        options = {"mode": "frozen", "hidden_size": p["hidden_size"], "num_layers": p["num_layers"],
+                   "dropout": p["dropout"], "max_len": p["max_len"]}
     elif training == "backbone":
-        options = {"mode": "finetune", "num_layers": 0, "max_len": clf.max_len, "train_layers": BACKBONE_LAYERS}
+        options = {"mode": "finetune", "num_layers": 0, "max_len": p["max_len"], "train_layers": BACKBONE_LAYERS}
     else:
-        options = {"mode": "frozen", "num_layers": 0, "max_len": clf.max_len}
-    return {**options, **(clf.encoder_options or {})}
+        options = {"mode": "frozen", "num_layers": 0, "max_len": p["max_len"]}
+    return {**options, **(p["encoder_options"] or {})}
 
 
-def network_options(clf: Any) -> dict:
+def network_options(params: Mapping[str, Any]) -> dict:
     """Keyword options of the :class:`~dyntc.models.PrototypicalNetwork` (its logit scale)."""
     # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat (ECE 0.89
     # on CLINC150). Untrained, the scale is fixed near what calibration finds there (1/T ≈ 18); trained,
     # it is learnt from 10 and settles near 15 (docs/results.md §9)
-    training = training_mode(clf)
+    training = training_mode(params)
     if training == "backbone":
         return {"logit_scale": 10.0, "learn_scale": True}
     return {"logit_scale": 16.0} if training == "none" else {}
 
 
-def train_config(clf: Any, episodes: int, lr: float):
-    """The :class:`~dyntc.training.TrainConfig` of `clf`'s episodic training."""
+def train_config(params: Mapping[str, Any], episodes: int, lr: float):
+    """The :class:`~dyntc.training.TrainConfig` of the episodic training these parameters ask for."""
+    from dyntc.machine import check_device
     from dyntc.training import TrainConfig
 
+    p = params
     return TrainConfig(
-        lr=lr, max_episodes=episodes, n_support=clf.n_support, n_query=clf.n_query,
-        max_classes=clf.max_classes, hard_fraction=clf.hard_fraction, eval_every=clf.eval_every,
-        patience=clf.patience, time_budget_s=clf.time_budget_s, seed=clf.seed,
-        device=str(clf._check_device(clf.device)), progress=clf.progress,
+        lr=lr, max_episodes=episodes, n_support=p["n_support"], n_query=p["n_query"],
+        max_classes=p["max_classes"], hard_fraction=p["hard_fraction"], eval_every=p["eval_every"],
+        patience=p["patience"], time_budget_s=p["time_budget_s"], seed=p["seed"],
+        device=str(check_device(p["device"], "device")), progress=p["progress"],
     )
 
 
-def space_options(clf: Any) -> dict:
-    """The :class:`~dyntc.classifier.model.MetricSpace` attributes that follow `clf`'s parameters at once."""
-    return {"device": str(clf.device), "batch_size": clf.batch_size, "extend_vocab": clf.extend_vocab}
-
-
-class ParamsMixin:
-    """``get_params`` / ``set_params`` / ``repr`` over the constructor's parameters (scikit-learn
-    conventions), and the checks a parameter needs when it is set on a fitted classifier."""
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters, as a dict (scikit-learn convention)."""
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    @recorded
-    def set_params(self, **params) -> Self:
-        """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
-        ``extend_vocab``, ``debias``, ``head``, ``head_options`` and ``progress`` apply at once: a new
-        head or new head options retrain the head at the next prediction and drop the calibration)."""
-        valid = self._param_names()
-        for name, value in params.items():
-            if name not in valid:
-                raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
-            check_param(name, value)
-            if name == "device":
-                self._check_device(value)
-            if name == "head_options":
-                head_config(value)
-            if name in ("head", "head_options") and value != getattr(self, name):
-                labels = getattr(self, "_labels", None)
-                if labels is not None:
-                    labels.head = labels.head_view = None  # retrained at the next prediction
-                    self.calibration_ = None
-            if name == "debias":
-                labels = getattr(self, "_labels", None)
-                if labels is not None and labels.debias != value:
-                    labels.debias = value
-                    self.calibration_ = None  # fitted on the other distances
-            setattr(self, name, value)
-        self._sync_space()
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
-        return f"{type(self).__name__}({', '.join(changed)})"
-
-    def _validate_params(self) -> None:
-        validate_params(self)
-
-    @staticmethod
-    def _check_device(device: Any):
-        from dyntc.machine import check_device
-
-        return check_device(device, "device")
-
-    def _sync_space(self) -> None:
-        space = getattr(self, "space_", None)
-        if space is not None:
-            for name, value in space_options(self).items():
-                setattr(space, name, value)
+def space_options(params: Mapping[str, Any]) -> dict:
+    """The :class:`~dyntc.classifier.model.MetricSpace` attributes that follow the parameters at once."""
+    return {"device": str(params["device"]), "batch_size": params["batch_size"], "extend_vocab": params["extend_vocab"]}
