@@ -111,6 +111,32 @@ def test_finetune_updates_the_backbone(frozen):
         torch.testing.assert_close(enc(**batch), ref(**ref.collate(ref.featurize(texts))), atol=1e-5, rtol=0)
 
 
+def test_finetune_forward_in_length_groups_equals_one_padded_batch(frozen, monkeypatch):
+    """Length-sorted groups, each trimmed to its longest text, give the one-batch embeddings and
+    gradients (padding only cost time), rows in input order; more texts than a group and fewer."""
+    from dyntc.encoders import pretrained
+
+    enc = PretrainedEncoder.create("minilm", mode="finetune", hidden_size=8, max_len=32, train_layers=1).eval()
+    texts = [FLIGHT, "hi", TICKET * 2, BALANCE, "book", "what is the weather like in paris tomorrow morning", FLIGHT]
+    batch = enc.collate(enc.featurize(texts))
+
+    def run(group):
+        monkeypatch.setattr(pretrained, "LENGTH_GROUP", group)
+        enc.zero_grad()
+        out = enc(**batch)
+        (out * torch.arange(1.0, out.shape[1] + 1)).sum().backward()
+        return out.detach(), [p.grad.clone() for p in enc.parameters() if p.grad is not None]
+
+    one_batch, grads_one = run(1000)
+    for group in (2, 3, len(texts)):
+        grouped, grads = run(group)
+        torch.testing.assert_close(grouped, one_batch, atol=1e-5, rtol=0)
+        assert len(grads) == len(grads_one) > 0
+        for g, ref in zip(grads, grads_one):
+            torch.testing.assert_close(g, ref, atol=1e-4, rtol=1e-3)
+    assert torch.equal(grouped[0], grouped[6])  # the same text in two places: the same row
+
+
 @pytest.mark.parametrize("mode", ["frozen", "finetune"])
 def test_save_load_round_trip(tmp_path, clinc, mode):
     enc = create_encoder("minilm", clinc, mode=mode, hidden_size=16, max_len=32)
