@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import dyntc.protocol.run as protocol_run
+from _protocol import Counter, run_tiny
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -42,3 +43,20 @@ def stop_first_stage(monkeypatch):
     monkeypatch.setattr(protocol_run, "train_prototypical", stopped_mid_stage)
     return SimpleNamespace(snapshots=snapshots,
                            restore=lambda: monkeypatch.setattr(protocol_run, "train_prototypical", real))
+
+
+@pytest.fixture()
+def counted(monkeypatch):
+    proto = Counter(protocol_run.train_prototypical)
+    sup = Counter(protocol_run.train_supervised)
+    monkeypatch.setattr(protocol_run, "train_prototypical", proto)
+    monkeypatch.setattr(protocol_run, "train_supervised", sup)
+    return proto, sup
+
+
+@pytest.fixture(scope="module")
+def tiny_run(small_sent, tmp_path_factory):
+    """A finished `tiny` run on small SENT, once per test module: (its directory, its results)."""
+    out = tmp_path_factory.mktemp("tiny")
+    results = run_tiny(small_sent, out)
+    return out, results

@@ -1,6 +1,6 @@
 """Executors of `dyntc reproduce`: the Ray executor on a real local Ray cluster (2 CPUs) gives the cells
 of `--jobs 1`, resumes, and names a failing unit; without Ray, `--executor ray` is refused with the
-install command. The local executor (`--jobs N`) is tested in test_protocol.py."""
+install command. The local executor (`--jobs N`) is tested in test_runner.py."""
 
 import json
 import shutil

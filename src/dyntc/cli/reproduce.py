@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import types
+import typing
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
-import torch
 import typer
 from rich.console import Console
 
 from dyntc.errors import DyntcError
+from dyntc.protocol.options import ReproduceOptions
 
 console = Console(stderr=True)
 
@@ -18,38 +22,7 @@ def reproduce(
     dataset: Annotated[str, typer.Option(help="sent | news | wos | clinc150 | hwu64")],
     profile: Annotated[str, typer.Option(help="quick (CPU-sized) | paper (the paper's hyperparameters; GPU) | tiny (smoke test)")] = "quick",
     out: Annotated[Optional[Path], typer.Option(help="Run directory (results.json, tables.md, *.png); default runs/reproduce-DATASET-PROFILE")] = None,
-    splits: Annotated[Optional[int], typer.Option(help="Number of random label splits (default: the profile's)")] = None,
-    models: Annotated[str, typer.Option(help="Comma-separated: mlp, euc, hyp, logreg (logreg needs a pretrained encoder)")] = "mlp,euc,hyp",
-    variants: Annotated[str, typer.Option(help="Comma-separated: fine-tuned, un-tuned, scratch")] = "fine-tuned,un-tuned,scratch",
-    n_fine: Annotated[Optional[str], typer.Option("--n-fine", help="Comma-separated examples per class for fine-tuning (default: the profile's)")] = None,
-    scratch_n_fine: Annotated[Optional[str], typer.Option("--scratch-n-fine", help="Run the scratch variant only at these n_fine (default: at all)")] = None,
-    encoder: Annotated[str, typer.Option(help="sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model")] = "sru",
-    p: Annotated[Optional[float], typer.Option(help="Fraction of labels removed / leaves collapsed (default 0.3)")] = None,
-    seed: Annotated[int, typer.Option(help="Base seed: split k uses seed + k")] = 0,
-    only_splits: Annotated[Optional[str], typer.Option("--only-splits", help="Run only these split indices now, e.g. 2 or 0,3 "
-                                                       "(the others' cells stay to do; a later run with the same --out does them)")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a profile field for every model (over a per-model entry of the profile too), e.g. --set pretrain_episodes=2000 (repeatable)")] = None,
-    device: Annotated[str, typer.Option(help="cpu | cuda")] = "cuda" if torch.cuda.is_available() else "cpu",
-    data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
-    threads: Annotated[int, typer.Option(help="CPU threads for torch in each process (1 is usually fastest for the SRU's small matrices)")] = 1,
-    jobs: Annotated[int, typer.Option(help="Work units (split x model) run at once, one process each; results are identical to --jobs 1")] = 1,
-    executor: Annotated[str, typer.Option(help="local (this machine: --jobs processes) | ray (each unit a task on a Ray cluster; "
-                                                "needs pip install 'dyntc\\[ray]'; see docs/cluster.md)")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="With --executor ray: the cluster's address, e.g. HEAD_IP:6379, or auto "
-                                                        "(the cluster `ray start` began on this machine); default: RAY_ADDRESS, "
-                                                        "else a local Ray instance for the run")] = None,
-    force: Annotated[bool, typer.Option(help="Discard results in OUT from a different configuration")] = False,
-    redo: Annotated[Optional[str], typer.Option(help="Comma-separated models whose finished cells in OUT "
-                                                     "are discarded where their settings changed (e.g. hyp's), instead of refusing the run "
-                                                     "(scratch cells stay where only pretraining settings changed); "
-                                                     "the others' work stays, and the same command again resumes")] = None,
-    progress: Annotated[bool, typer.Option(help="Show progress bars")] = True,
-    tune: Annotated[bool, typer.Option(help="First select each model's lr and dropout on split 0's pretraining dev set "
-                                            "(the paper's per-model tuning); the choice goes into results.json")] = False,
-    tune_grid: Annotated[Optional[str], typer.Option(help="Grid for --tune, e.g. 'lr=1e-3,3e-3;dropout=0.3,0.5;hyp.learn_scale=0,1' "
-                                                          "(default: lr 1e-3,3e-3,1e-2 x dropout 0.3,0.5)")] = None,
-    embeddings: Annotated[Optional[Path], typer.Option(help="GloVe text file for the sru encoder (default: the packaged glove.6B.50d; "
-                                                            "see dyntc export-glove)")] = None,
+    **options: Any,
 ) -> None:
     """Run (or resume) the dynamic classification protocol and write results.json, tables.md and plots.
 
@@ -58,16 +31,53 @@ def reproduce(
     from dyntc.protocol import parse_overrides
     from dyntc.protocol.runner import reproduce as run
 
+    for f in _ITEM_FIELDS:
+        options[f.name] = parse_overrides(options[f.name], f.metadata.get("flag", f"--{f.name}"))
+    opts = ReproduceOptions(**options)
     target = out or Path(f"runs/reproduce-{dataset}-{profile}")
-    results = run(
-        dataset, profile, target, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-        p=p, seed=seed, device=device, settings=parse_overrides(set_), data_dir=data_dir, force=force, redo=redo, progress=progress, threads=threads,
-        jobs=jobs, executor=executor, address=address, tune=tune, tune_grid=tune_grid, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
-        only_splits=only_splits, log=None if progress else (lambda msg: console.print(msg, markup=False, highlight=False)),
-    )
+    results = run(dataset, profile, target, opts,
+                  log=None if opts.progress else (lambda msg: console.print(msg, markup=False, highlight=False)))
     n = len(results["rows"])
     state = "finished" if results.get("finished") else "partial"
     console.print(f"{n} cells ({state}); results in {target / 'results.json'}, tables in {target / 'tables.md'}")
+
+
+# ---- the command's options: one per field of ReproduceOptions ------------------------------------
+
+
+def _is_items(hint: Any) -> bool:
+    """Whether a field of type `hint` is a ``dict[str, str]`` (optional or not), given as FIELD=VALUE items."""
+    return any(typing.get_origin(t) is dict for t in (hint, *typing.get_args(hint)))
+
+
+def _command_line_type(hint: Any) -> Any:
+    """The type the command line parses for a field of type `hint`: a union's first member (optional
+    where the union allows None); a list of ``FIELD=VALUE`` items for a ``dict[str, str]``."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = typing.get_args(hint)
+        first = _command_line_type(next(m for m in members if m is not type(None)))
+        return Optional[first] if type(None) in members else first
+    return list[str] if typing.get_origin(hint) is dict else hint
+
+
+def _option(f: dataclasses.Field, hint: Any) -> inspect.Parameter:
+    default = f.metadata.get("command_line_default", f.default)
+    if callable(default):
+        default = default()
+    names = [f.metadata["flag"]] if "flag" in f.metadata else []  # else typer's --field-name
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[_command_line_type(hint), typer.Option(*names, help=f.metadata["help"])])
+
+
+_HINTS = typing.get_type_hints(ReproduceOptions)
+_ITEM_FIELDS = [f for f in dataclasses.fields(ReproduceOptions) if _is_items(_HINTS[f.name])]
+# typer reads a command's options from its signature: dataset, profile and out as written above, then
+# the fields of ReproduceOptions in their order
+_written = inspect.signature(reproduce, eval_str=True).parameters.values()
+reproduce.__signature__ = inspect.Signature([
+    *(p for p in _written if p.kind is not p.VAR_KEYWORD),
+    *(_option(f, _HINTS[f.name]) for f in dataclasses.fields(ReproduceOptions)),
+])
 
 
 def export_glove(

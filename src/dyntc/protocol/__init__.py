@@ -27,6 +27,7 @@ Texts are featurized once per run (the SRU vocabulary comes from the full traini
 GloVe is frozen, so this leaks no label information) and reused by every split, model and ``n_fine``.
 
 Modules, in the order of the data flow: :mod:`~dyntc.protocol.profiles` (every hyperparameter),
+:mod:`~dyntc.protocol.options` (a run's options and their defaults),
 :mod:`~dyntc.protocol.plan` (a validated run: dataset, profile, selection, fingerprint, seeds),
 :mod:`~dyntc.protocol.run` (the units: pretraining and cells), :mod:`~dyntc.protocol.evaluation`
 (prediction and accuracies of a cell), :mod:`~dyntc.protocol.results` (``results.json`` and the
@@ -34,6 +35,7 @@ weights on disk), :mod:`~dyntc.protocol.tuning` (per-model settings chosen on ``
 """
 
 from dyntc.protocol.evaluation import accuracies
+from dyntc.protocol.options import PlanOptions, ReproduceOptions
 from dyntc.protocol.plan import RunPlan, cell_key, derive_seed, make_plan, model_view, parse_int_list, parse_names
 from dyntc.protocol.profiles import (
     ALL_MODELS,
@@ -56,7 +58,7 @@ from dyntc.protocol.tuning import tune_profile
 
 __all__ = [
     "ALL_MODELS", "DEFAULT_MODELS", "METRIC_MODELS", "MODEL_VARIANTS", "PAPER", "PROFILES", "QUICK", "RESULTS_FORMAT",
-    "TINY", "VARIANTS", "Profile", "ProtocolRun", "ResultsFile", "RunPlan", "SplitData", "Unit", "accuracies",
-    "cell_key", "derive_seed", "get_profile", "make_plan", "merge_results", "model_view", "override",
-    "parse_int_list", "parse_overrides", "parse_names", "tune_profile",
+    "TINY", "VARIANTS", "PlanOptions", "Profile", "ProtocolRun", "ReproduceOptions", "ResultsFile", "RunPlan",
+    "SplitData", "Unit", "accuracies", "cell_key", "derive_seed", "get_profile", "make_plan", "merge_results",
+    "model_view", "override", "parse_int_list", "parse_overrides", "parse_names", "tune_profile",
 ]

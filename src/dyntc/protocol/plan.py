@@ -11,6 +11,7 @@ from typing import Any
 
 from dyntc.data.dynamic import check_fraction
 from dyntc.errors import DyntcError
+from dyntc.protocol.options import PlanOptions
 from dyntc.protocol.profiles import (
     ALL_MODELS,
     DEFAULT_MODELS,
@@ -157,57 +158,50 @@ class RunPlan:
 def make_plan(
     dataset: str,
     profile: str | Profile,
+    options: PlanOptions | None = None,
     *,
-    splits: int | None = None,
-    n_fine: str | tuple[int, ...] | None = None,
-    models: str | tuple[str, ...] | None = None,
-    variants: str | tuple[str, ...] | None = None,
-    encoder: str = "sru",
-    p: float | None = None,
-    seed: int = 0,
-    device: str = "cpu",
-    settings: dict[str, str] | None = None,
-    scratch_n_fine: str | tuple[int, ...] | None = None,
-    embeddings: str | Path | None = None,
-    only_splits: str | tuple[int, ...] | None = None,
     device_here: bool = True,
+    **changes: Any,
 ) -> RunPlan:
     """Validate the options of a run (every mistake is a :class:`DyntcError`, raised before any work).
 
-    `scratch_n_fine` limits the (costly) scratch variant to some of the n_fine values, e.g. the low
-    and the high end that the pretraining-gain figure needs (without it, a profile with
-    ``scratch_ends_only`` keeps the run's smallest and largest n_fine); like the other selections it
-    is not part of the fingerprint, so a run can be resumed with another choice. `only_splits` (split
-    indices below `splits`) is such a selection too: only those splits' cells run now. Without
-    `device_here` the units run on other machines (a Ray cluster, which checks its GPUs itself): a
-    CUDA `device` need not exist here, and is each unit's one GPU (``cuda``)."""
+    The options are `options` (default: :class:`PlanOptions`'s defaults) with `changes` to its fields
+    (``make_plan("sent", "paper", models="euc,hyp")``). `scratch_n_fine` limits the (costly) scratch
+    variant to some of the n_fine values, e.g. the low and the high end that the pretraining-gain
+    figure needs (without it, a profile with ``scratch_ends_only`` keeps the run's smallest and
+    largest n_fine); like the other selections it is not part of the fingerprint, so a run can be
+    resumed with another choice. `only_splits` (split indices below `splits`) is such a selection
+    too: only those splits' cells run now. Without `device_here` the units run on other machines (a
+    Ray cluster, which checks its GPUs itself): a CUDA `device` need not exist here, and is each
+    unit's one GPU (``cuda``)."""
     from dyntc.data.datasets import resolve_name
 
     try:  # aliases ("20news", ...) get the dataset's own hyperparameters
         dataset = resolve_name(dataset)
     except DyntcError:  # a Dataset of the user's own: the profile's "*" values
         pass
-    prof = override(get_profile(profile), settings or {})
-    if p is not None:
-        prof = replace(prof, p=check_fraction(p))
+    opts = replace(options or PlanOptions(), **changes)
+    prof = override(get_profile(profile), opts.settings or {})
+    if opts.p is not None:
+        prof = replace(prof, p=check_fraction(opts.p))
     check_fraction(prof.p)
     hp = prof.for_dataset(dataset)
-    n_splits = prof.splits if splits is None else int(splits)
+    n_splits = prof.splits if opts.splits is None else int(opts.splits)
     if n_splits < 1:
         raise DyntcError(f"--splits must be >= 1, got {n_splits}")
-    fine = parse_int_list(n_fine, "--n-fine") if n_fine is not None else tuple(hp["n_fine"])
+    fine = parse_int_list(opts.n_fine, "--n-fine") if opts.n_fine is not None else tuple(hp["n_fine"])
     if not fine:
         raise DyntcError("--n-fine needs at least one value")
     if any(n < 1 for n in fine):
         raise DyntcError(f"--n-fine values must be >= 1, got {list(fine)}")
     fine = tuple(sorted(set(fine)))
-    chosen_models = parse_names(models, ALL_MODELS, "model(s)") or DEFAULT_MODELS
-    chosen_variants = parse_names(variants, VARIANTS, "variant(s)") or VARIANTS
-    if device_here or not str(device).startswith("cuda"):
-        check_device(device)
-    elif device not in ("cuda", "cuda:0"):
-        raise DyntcError(f"--device {device!r}: on a cluster each unit runs on one GPU of its node: give --device cuda")
-    if "logreg" in chosen_models and encoder == "sru":
+    chosen_models = parse_names(opts.models, ALL_MODELS, "model(s)") or DEFAULT_MODELS
+    chosen_variants = parse_names(opts.variants, VARIANTS, "variant(s)") or VARIANTS
+    if device_here or not str(opts.device).startswith("cuda"):
+        check_device(opts.device)
+    elif opts.device not in ("cuda", "cuda:0"):
+        raise DyntcError(f"--device {opts.device!r}: on a cluster each unit runs on one GPU of its node: give --device cuda")
+    if "logreg" in chosen_models and opts.encoder == "sru":
         raise DyntcError(
             "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "
             "it needs --encoder minilm (or a local sentence-transformers model), not sru"
@@ -226,8 +220,8 @@ def make_plan(
     if hp["max_classes"] < 2:
         raise DyntcError(f"profile setting max_classes must be >= 2, got {hp['max_classes']}")
     scratch = None
-    if scratch_n_fine is not None:
-        scratch = tuple(sorted(set(parse_int_list(scratch_n_fine, "--scratch-n-fine"))))
+    if opts.scratch_n_fine is not None:
+        scratch = tuple(sorted(set(parse_int_list(opts.scratch_n_fine, "--scratch-n-fine"))))
         stray = sorted(set(scratch) - set(fine))
         if not scratch or stray:
             raise DyntcError(f"--scratch-n-fine must list some of the run's n_fine values {list(fine)}; "
@@ -237,22 +231,23 @@ def make_plan(
     elif hp["scratch_ends_only"] and "scratch" in chosen_variants:
         scratch = tuple(sorted({fine[0], fine[-1]}))
     chosen_splits = None
-    if only_splits is not None:
-        chosen_splits = tuple(sorted(set(parse_int_list(only_splits, "--only-splits") or ())))
+    if opts.only_splits is not None:
+        chosen_splits = tuple(sorted(set(parse_int_list(opts.only_splits, "--only-splits") or ())))
         stray = [s for s in chosen_splits if not 0 <= s < n_splits]
         if not chosen_splits or stray:
             raise DyntcError(f"--only-splits must list split indices from 0 to {n_splits - 1} (the run has {n_splits} "
                              f"split(s)); got {list(chosen_splits) if chosen_splits else 'none'}")
+    embeddings = opts.embeddings
     if embeddings is not None:
-        if encoder != "sru":
-            raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {encoder}")
+        if opts.encoder != "sru":
+            raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {opts.encoder}")
         if not Path(embeddings).is_file():
             raise DyntcError(f"--embeddings {str(embeddings)!r} is not a file: pass a GloVe text file "
                              "('word v1 ... vd' per line, e.g. from dyntc export-glove), or omit it for the packaged glove.6B.50d")
         embeddings = str(Path(embeddings).resolve())
     hp["splits"], hp["n_fine"] = n_splits, list(fine)
-    plan = RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, encoder, int(seed), device,
-                   scratch, chosen_splits, embeddings)
+    plan = RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, opts.encoder, int(opts.seed),
+                   opts.device, scratch, chosen_splits, embeddings)
     if "hyp" in chosen_models:  # HYP's own pretraining settings (the warm-up's) checked before any work
         plan.train_config("pretrain", 0, model="hyp")
         own = plan.model_hp("hyp")

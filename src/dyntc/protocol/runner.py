@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -30,6 +30,7 @@ from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
 from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, Unit, make_plan, parse_names, tune_profile
 from dyntc.protocol.executors import Events, Executor, LocalExecutor, make_executor
+from dyntc.protocol.options import ReproduceOptions
 
 REPORT_EVERY_S = 600.0  # tables.md and the plots are also rewritten this often while workers log (not only per unit)
 
@@ -217,33 +218,15 @@ def reproduce(
     dataset: str | Dataset,
     profile: str | Profile = "quick",
     out: str | Path = "runs/reproduce",
+    options: ReproduceOptions | None = None,
     *,
-    splits: int | None = None,
-    n_fine: str | tuple[int, ...] | None = None,
-    models: str | tuple[str, ...] | None = None,
-    variants: str | tuple[str, ...] | None = None,
-    encoder: str = "sru",
-    p: float | None = None,
-    seed: int = 0,
-    device: str = "cpu",
-    settings: dict[str, str] | None = None,
-    data_dir: str | Path | None = None,
-    force: bool = False,
-    redo: str | tuple[str, ...] | None = None,
-    progress: bool = True,
-    threads: int | None = None,
-    jobs: int = 1,
-    executor: str = "local",
-    address: str | None = None,
     log: Callable[[str], None] | None = None,
-    tune: bool = False,
-    tune_grid: str | None = None,
-    scratch_n_fine: str | None = None,
-    embeddings: str | Path | None = None,
-    only_splits: str | tuple[int, ...] | None = None,
+    **changes: Any,
 ) -> dict:
     """Run (or resume) the protocol; returns the results dict also written to ``out/results.json``.
 
+    The options are `options` (default: :class:`ReproduceOptions`'s defaults) with `changes` to its
+    fields (``reproduce("sent", "quick", "runs/sent", models="euc,hyp", jobs=2)``).
     `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
     run at once, each in its own process (1: in this process). ``executor="ray"`` runs the units as
     tasks on the Ray cluster at `address` instead (default: ``RAY_ADDRESS``, else a local instance for
@@ -260,6 +243,8 @@ def reproduce(
     there instead of the run being refused (their pretrained weights are reused only where they fit);
     the other models' work stays.
     """
+    opts = replace(options or ReproduceOptions(), **changes)
+    jobs, threads, executor = opts.jobs, opts.threads, opts.executor
     if not is_int(jobs) or jobs < 1:
         raise DyntcError(f"--jobs must be an integer >= 1 (work units run at once, one process each), got {jobs!r}")
     if threads is not None and threads < 1:
@@ -267,16 +252,14 @@ def reproduce(
     if executor != "local" and jobs != 1:
         raise DyntcError(f"--jobs is for the local executor: with --executor {executor} the cluster's free CPUs "
                          f"(and GPUs) set how many units run at once")
-    runner = make_executor(executor, jobs=jobs, threads=threads or 1, address=address)  # Ray missing: refused here
+    runner = make_executor(executor, jobs=jobs, threads=threads or 1, address=opts.address)  # Ray missing: refused here
     if threads is not None:
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
-    device_here = runner.runs_here or tune  # --tune trains here, before the units
-    plan = make_plan(name, profile, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                     p=p, seed=seed, device=device, settings=settings, scratch_n_fine=scratch_n_fine,
-                     embeddings=embeddings, only_splits=only_splits, device_here=device_here)
-    redone = parse_names(redo, ALL_MODELS, "--redo model(s)") or ()
-    if redone and force:
+    device_here = runner.runs_here or opts.tune  # --tune trains here, before the units
+    plan = make_plan(name, profile, opts, device_here=device_here)
+    redone = parse_names(opts.redo, ALL_MODELS, "--redo model(s)") or ()
+    if redone and opts.force:
         raise DyntcError("--force discards every model's results already: give --force or --redo, not both")
     if set(redone) - set(plan.models):
         raise DyntcError(f"--redo {','.join(redone)}: {', '.join(sorted(set(redone) - set(plan.models)))} not among "
@@ -284,18 +267,18 @@ def reproduce(
     if not isinstance(dataset, Dataset):
         from dyntc.data.datasets import load
 
-        dataset = load(name, data_dir, seed=seed)
+        dataset = load(name, opts.data_dir, seed=opts.seed)
     tuning = None
-    if tune:
-        tuning = tune_profile(dataset, plan, Path(out), grid=tune_grid, log=log)
+    if opts.tune:
+        tuning = tune_profile(dataset, plan, Path(out), grid=opts.tune_grid, log=log)
         per_model = {**(plan.hp.get("per_model") or {})}
         for model, entry in tuning.items():
             per_model[model] = {**per_model.get(model, {}), **entry["chosen"]}
         prof = replace(plan.profile, per_model={**plan.profile.per_model, plan.dataset: per_model})
-        plan = make_plan(name, prof, splits=splits, n_fine=n_fine, models=models, variants=variants, encoder=encoder,
-                         p=p, seed=seed, device=device, scratch_n_fine=scratch_n_fine, embeddings=embeddings,
-                         only_splits=only_splits, device_here=device_here)
-    run = ProtocolRun(dataset, plan, Path(out), force=force, redo=redone, progress=progress, log=log)
+        # the plan's profile holds the --set values already; setting them again would drop the tuned
+        # per-model values of the same fields
+        plan = make_plan(name, prof, replace(opts, settings=None), device_here=device_here)
+    run = ProtocolRun(dataset, plan, Path(out), force=opts.force, redo=redone, progress=opts.progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning
     return execute(run, jobs, threads or 1, runner)

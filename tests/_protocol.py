@@ -1,0 +1,25 @@
+"""Helpers of the protocol tests (tests/protocol/): a `tiny` run of the protocol, and a training
+function wrapper that counts (or interrupts) its calls."""
+
+from dyntc.protocol.runner import reproduce
+
+
+def run_tiny(data, out, **kw):
+    kw.setdefault("progress", False)
+    kw.setdefault("log", lambda msg: None)
+    return reproduce(data, "tiny", out, **kw)
+
+
+class Counter:
+    """Wraps a training function and counts its calls."""
+
+    def __init__(self, fn, fail_after=None):
+        self.fn, self.calls, self.fail_after = fn, 0, fail_after
+        self.configs = []  # each call's TrainConfig
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        self.configs.append(args[3] if len(args) > 3 else kwargs.get("cfg"))
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        return self.fn(*args, **kwargs)
