@@ -1,5 +1,5 @@
-"""Helpers of the protocol tests (tests/protocol/): a `tiny` run of the protocol, and a training
-function wrapper that counts (or interrupts) its calls."""
+"""Helpers of the protocol tests (tests/protocol/): a `tiny` run of the protocol, a results row without
+its timings, and a training function wrapper that counts (or interrupts) its calls."""
 
 from dyntc.protocol.runner import reproduce
 
@@ -8,6 +8,14 @@ def run_tiny(data, out, **kw):
     kw.setdefault("progress", False)
     kw.setdefault("log", lambda msg: None)
     return reproduce(data, "tiny", out, **kw)
+
+
+TIMING_KEYS = {"train_seconds", "cell_seconds", "finished", "seconds", "machine"}  # and provenance
+
+
+def without_timings(row: dict) -> dict:
+    """`row` (a cell, or a model's pretraining record) without what differs between identical runs."""
+    return {k: v for k, v in row.items() if k not in TIMING_KEYS}
 
 
 class Counter:

@@ -12,7 +12,7 @@ import torch
 from dyntc.data.types import Dataset, Split
 from dyntc.errors import DyntcError
 from dyntc.protocol import executors
-from dyntc.protocol.runner import reproduce
+from _protocol import run_tiny, without_timings
 
 try:
     import ray
@@ -22,22 +22,8 @@ except ImportError:  # an optional extra; scripts/setup.sh installs it (requirem
 needs_ray = pytest.mark.skipif(ray is None, reason="Ray is not installed: pip install 'dyntc[ray]' "
                                                    "(scripts/setup.sh installs it from requirements.lock)")
 
-TIMING_KEYS = {"train_seconds", "cell_seconds", "finished", "seconds", "machine"}  # and provenance
-
-
-def _without_timings(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in TIMING_KEYS}
-
-
 def _key(r: dict) -> tuple:
     return r["model"], r["variant"], r["n_fine"], r["split"]
-
-
-def run_tiny(data, out, **kw):
-    kw.setdefault("progress", False)
-    kw.setdefault("log", lambda msg: None)
-    kw.setdefault("threads", 1)
-    return reproduce(data, "tiny", out, **kw)
 
 
 # ---- without Ray, and the options ---------------------------------------------------------------
@@ -100,9 +86,9 @@ def sequential(small_sent, tmp_path_factory):
 def _same_results(a: dict, b: dict) -> None:
     assert [_key(r) for r in b["rows"]] == [_key(r) for r in a["rows"]]  # the plan's order
     for x, y in zip(a["rows"], b["rows"]):
-        assert _without_timings(x) == _without_timings(y), _key(x)  # accuracies, steps, best dev acc, history
+        assert without_timings(x) == without_timings(y), _key(x)  # accuracies, steps, best dev acc, history
     for model, info in a["pretraining"]["0"].items():
-        assert _without_timings(b["pretraining"]["0"][model]) == _without_timings(info), model
+        assert without_timings(b["pretraining"]["0"][model]) == without_timings(info), model
     assert b["split_info"] == a["split_info"] and b["vocabulary"] == a["vocabulary"]
 
 
@@ -208,7 +194,7 @@ def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cl
     monkeypatch.setattr(runner.Progress, "report", counted)
     resumed = run_tiny(small_sent, tmp_path, models="euc", variants="un-tuned", executor="ray")
     expected = [r for r in sequential[1]["rows"] if r["model"] == "euc" and r["variant"] == "un-tuned"]
-    assert [_without_timings(r) for r in resumed["rows"]] == [_without_timings(r) for r in expected]
+    assert [without_timings(r) for r in resumed["rows"]] == [without_timings(r) for r in expected]
     assert resumed["pretraining"]["0"]["euc"]["history"] == sequential[1]["pretraining"]["0"]["euc"]["history"]
     pretraining = (0, "pretrain", "euc")
     assert 0 < work[pretraining] <= planned[pretraining] / 2  # episodes 11 to 20 of 20 (without the snapshot: all 20)

@@ -16,16 +16,11 @@ import dyntc.protocol.run as protocol_run
 from dyntc.errors import DyntcError
 from dyntc.protocol.runner import reproduce
 from dyntc.machine import machine_description
-from _protocol import Counter, run_tiny
+from _protocol import Counter, run_tiny, without_timings
 
 
 ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds", "n_train",
             "shortfall", "n_test", "n_test_new", "steps"}
-TIMING_KEYS = {"train_seconds", "cell_seconds", "finished", "seconds", "machine"}  # and provenance
-
-
-def _without_timings(row: dict) -> dict:
-    return {k: v for k, v in row.items() if k not in TIMING_KEYS}
 
 
 def test_out_must_be_a_directory(small_sent, tmp_path):
@@ -364,7 +359,7 @@ def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_pa
     stop_first_stage.restore()
     again = run_tiny(small_sent, tmp_path, models="euc")
     expected = [r for r in tiny_run[1]["rows"] if r["model"] == "euc"]
-    assert [_without_timings(r) for r in again["rows"]] == [_without_timings(r) for r in expected]
+    assert [without_timings(r) for r in again["rows"]] == [without_timings(r) for r in expected]
     assert again["pretraining"]["0"]["euc"]["history"] == tiny_run[1]["pretraining"]["0"]["euc"]["history"]
     assert not list((tmp_path / "checkpoints").rglob("*.partial.pt"))
 
@@ -401,7 +396,7 @@ def test_resume_with_a_glove_subset_file_and_refusal_of_other_vectors(tiny_run, 
     subset = tmp_path / "glove-sent.txt"
     write_glove_subset(small_sent.train.texts, subset)
     resumed = run_tiny(small_sent, run_dir, embeddings=subset)
-    assert [_without_timings(r) for r in resumed["rows"]] == [_without_timings(r) for r in results["rows"]]
+    assert [without_timings(r) for r in resumed["rows"]] == [without_timings(r) for r in results["rows"]]
     assert resumed["vocabulary"] == recorded and counted[0].calls == 0  # the cell came from the cached pretraining
     lines = subset.read_text(encoding="utf-8").splitlines()
     word, *values = lines[0].split(" ")
@@ -467,7 +462,7 @@ def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path, m
     key = lambda r: (r["model"], r["variant"], r["n_fine"], r["split"])  # noqa: E731
     assert [key(r) for r in parallel["rows"]] == [key(r) for r in sequential["rows"]]  # the plan's order
     for a, b in zip(sequential["rows"], parallel["rows"]):
-        assert _without_timings(a) == _without_timings(b), key(a)  # accuracies, steps, best dev acc, ...
+        assert without_timings(a) == without_timings(b), key(a)  # accuracies, steps, best dev acc, ...
     for model, info in sequential["pretraining"]["0"].items():
         other = parallel["pretraining"]["0"][model]
         assert (info["steps"], info["best_dev_acc"], info["history"]) == (other["steps"], other["best_dev_acc"], other["history"])
@@ -491,7 +486,7 @@ def test_two_jobs_resume_an_interrupted_run(tiny_run, small_sent, tmp_path):
     resumed = run_tiny(small_sent, tmp_path / "run", jobs=2)
     assert resumed["finished"] and len(resumed["rows"]) == len(sequential["rows"])
     for a, b in zip(sequential["rows"], resumed["rows"]):
-        assert _without_timings(a) == _without_timings(b)
+        assert without_timings(a) == without_timings(b)
     on_disk = json.loads((tmp_path / "run" / "results.json").read_text())
     for record in (resumed["pretraining"]["0"]["hyp"], on_disk["pretraining"]["0"]["hyp"]):
         assert record["steps"] == sequential["pretraining"]["0"]["hyp"]["steps"] > 0

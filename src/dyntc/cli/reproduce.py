@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-import types
-import typing
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
+from dyntc.cli.options import item_fields, options_from_dataclass
 from dyntc.errors import DyntcError
 from dyntc.protocol.options import ReproduceOptions
 
@@ -42,42 +39,9 @@ def reproduce(
     console.print(f"{n} cells ({state}); results in {target / 'results.json'}, tables in {target / 'tables.md'}")
 
 
-# ---- the command's options: one per field of ReproduceOptions ------------------------------------
-
-
-def _is_items(hint: Any) -> bool:
-    """Whether a field of type `hint` is a ``dict[str, str]`` (optional or not), given as FIELD=VALUE items."""
-    return any(typing.get_origin(t) is dict for t in (hint, *typing.get_args(hint)))
-
-
-def _command_line_type(hint: Any) -> Any:
-    """The type the command line parses for a field of type `hint`: a union's first member (optional
-    where the union allows None); a list of ``FIELD=VALUE`` items for a ``dict[str, str]``."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        members = typing.get_args(hint)
-        first = _command_line_type(next(m for m in members if m is not type(None)))
-        return Optional[first] if type(None) in members else first
-    return list[str] if typing.get_origin(hint) is dict else hint
-
-
-def _option(f: dataclasses.Field, hint: Any) -> inspect.Parameter:
-    default = f.metadata.get("command_line_default", f.default)
-    if callable(default):
-        default = default()
-    names = [f.metadata["flag"]] if "flag" in f.metadata else []  # else typer's --field-name
-    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[_command_line_type(hint), typer.Option(*names, help=f.metadata["help"])])
-
-
-_HINTS = typing.get_type_hints(ReproduceOptions)
-_ITEM_FIELDS = [f for f in dataclasses.fields(ReproduceOptions) if _is_items(_HINTS[f.name])]
-# typer reads a command's options from its signature: dataset, profile and out as written above, then
-# the fields of ReproduceOptions in their order
-_written = inspect.signature(reproduce, eval_str=True).parameters.values()
-reproduce.__signature__ = inspect.Signature([
-    *(p for p in _written if p.kind is not p.VAR_KEYWORD),
-    *(_option(f, _HINTS[f.name]) for f in dataclasses.fields(ReproduceOptions)),
-])
+# the command's options: dataset, profile and out as written above, then one per field of ReproduceOptions
+options_from_dataclass(reproduce, ReproduceOptions)
+_ITEM_FIELDS = item_fields(ReproduceOptions)
 
 
 def export_glove(

@@ -1,7 +1,7 @@
 """The options of a protocol run, declared once: :class:`PlanOptions` (what :func:`~dyntc.protocol.make_plan`
 takes) and :class:`ReproduceOptions` (those and how the run is executed:
 :func:`dyntc.protocol.runner.reproduce`). Each field holds the option's default and, in its metadata,
-the help of the ``dyntc reproduce`` option that :mod:`dyntc.cli.reproduce` builds from it.
+the help of the ``dyntc reproduce`` option built from it (:mod:`dyntc.cli.options`).
 
 Metadata keys: ``help``; ``flag``, the option's name where it is not the field's (``--set``);
 ``command_line_default``, a value or a function giving it, where the command's default differs from

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,34 +20,47 @@ import torch
 from dyntc import __version__
 from dyntc.errors import DyntcError
 from dyntc.files import write_json
+from dyntc.protocol.options import available_device
 
 
 @dataclass
 class SingleModelConfig:
-    """What ``dyntc train`` takes; its options and their defaults are these fields."""
+    """What ``dyntc train`` takes: each field holds an option's default and, in its metadata, the help
+    that :mod:`dyntc.cli.train` gives the option (the keys of :mod:`dyntc.protocol.options`)."""
 
-    dataset: str
-    model: str = "hyp"  #: hyp | euc | mlp
-    out: Path = Path("runs/train")
-    encoder: str = "sru"  #: sru (GloVe + SRU, the paper's) | minilm | a sentence-transformers directory
-    episodes: int = 10_000  #: most training episodes (prototypical models)
-    epochs: int = 100  #: most training epochs (MLP)
-    eval_every: int = 100
-    patience: int = 10
-    lr: float = 1e-3
-    n_support: int = 4
-    n_query: int = 64
-    hidden: int | None = None  #: encoder hidden size (SRU: 128)
-    layers: int | None = None  #: SRU layers (4); pretrained encoders: head depth (1)
-    dropout: float | None = None  #: SRU: 0.3 for WOS, else 0.5; pretrained head: 0.1
-    max_len: int | None = None  #: tokens kept per text (SRU: 200 words; pretrained: 256 word pieces)
-    finetune: bool = False  #: pretrained encoders: fine-tune the backbone too
-    embeddings: Path | None = None  #: GloVe text file (None: the packaged glove.6B.50d)
-    time_budget: float | None = None  #: stop training after this many seconds
-    seed: int = 0
-    device: str = "cpu"
-    data_dir: Path | None = None
-    progress: bool = True
+    dataset: str = field(metadata={"help": "news | sent | wos | clinc150 | hwu64"})
+    model: str = field(default="hyp", metadata={"help": "hyp | euc | mlp"})
+    out: Path = field(default=Path("runs/train"), metadata={
+        "help": "Run directory: model/ and metrics.json are written here"})
+    encoder: str = field(default="sru", metadata={
+        "help": "sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model"})
+    episodes: int = field(default=10_000, metadata={"help": "Maximum training episodes (prototypical models)"})
+    epochs: int = field(default=100, metadata={"help": "Maximum training epochs (MLP)"})
+    eval_every: int = field(default=100, metadata={"help": "Episodes between dev evaluations"})
+    patience: int = field(default=10, metadata={"help": "Dev evaluations without improvement before stopping"})
+    lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
+    n_support: int = field(default=4, metadata={"help": "Support examples per class in an episode (N_S)"})
+    n_query: int = field(default=64, metadata={"help": "Query examples per episode, in total (N_Q)"})
+    # None: the encoder's own default, as the help says
+    hidden: int | None = field(default=None, metadata={"help": "Encoder hidden size (SRU default 128)"})
+    layers: int | None = field(default=None, metadata={
+        "help": "SRU layers (default 4); for pretrained encoders, head depth (default 1)"})
+    dropout: float | None = field(default=None, metadata={
+        "help": "Dropout (SRU default: 0.3 for wos, else 0.5; pretrained head: 0.1)"})
+    max_len: int | None = field(default=None, metadata={
+        "help": "Tokens kept per text (SRU: words, default 200; pretrained: word pieces, default 256)"})
+    # a flag of its own (no --no-finetune): the default is the frozen backbone
+    finetune: bool = field(default=False, metadata={
+        "flag": "--finetune",
+        "help": "Pretrained encoders: fine-tune the backbone too (default: frozen backbone, trainable head)"})
+    embeddings: Path | None = field(default=None, metadata={"help": "GloVe text file (default: packaged glove.6B.50d)"})
+    time_budget: float | None = field(default=None, metadata={"help": "Stop training after this many seconds"})
+    seed: int = field(default=0, metadata={"help": "Seed for splits, sampling and initialisation"})
+    # the command uses the GPU where there is one; a library call stays on the CPU unless told
+    device: str = field(default="cpu", metadata={"help": "cpu | cuda", "command_line_default": available_device})
+    data_dir: Path | None = field(default=None, metadata={
+        "help": "Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)"})
+    progress: bool = field(default=True, metadata={"help": "Show progress bars"})
 
 
 def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dict:
