@@ -3,7 +3,6 @@ the field, and what the command line gives reaches the runner as those options (
 replaced: nothing is trained)."""
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,8 @@ from dyntc.protocol.options import ReproduceOptions, available_device
 
 
 @pytest.fixture
-def calls(monkeypatch):
+def calls(monkeypatch, run_dyntc):
     """`dyntc reproduce ARGS` in this process, the runner replaced; returns its (args, options, log)."""
-    from dyntc.cli import main
     from dyntc.protocol import runner
 
     seen = []
@@ -27,10 +25,7 @@ def calls(monkeypatch):
     monkeypatch.setattr(runner, "reproduce", fake)
 
     def run(*args):
-        monkeypatch.setattr(sys, "argv", ["dyntc", "reproduce", *args])
-        with pytest.raises(SystemExit) as exit_:
-            main()
-        assert not exit_.value.code
+        run_dyntc("reproduce", *args)
         return seen[-1]
 
     return run

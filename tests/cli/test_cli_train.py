@@ -3,10 +3,8 @@ field, and what the command line gives reaches train_one as that config (train_o
 trained)."""
 
 import dataclasses
-import sys
 from pathlib import Path
 
-import pytest
 import typer
 
 from dyntc.protocol.options import available_device
@@ -28,8 +26,7 @@ def test_every_option_is_a_field_with_its_default_and_help():
     assert params["progress"].secondary_opts == ["--no-progress"]
 
 
-def test_the_command_line_reaches_train_one_as_the_config(monkeypatch, capsys):
-    from dyntc.cli import main
+def test_the_command_line_reaches_train_one_as_the_config(monkeypatch, capsys, run_dyntc):
     from dyntc.protocol import single
 
     seen = []
@@ -41,10 +38,7 @@ def test_the_command_line_reaches_train_one_as_the_config(monkeypatch, capsys):
     monkeypatch.setattr(single, "train_one", fake)
 
     def run(*args):
-        monkeypatch.setattr(sys, "argv", ["dyntc", "train", *args])
-        with pytest.raises(SystemExit) as exit_:
-            main()
-        assert not exit_.value.code
+        run_dyntc("train", *args)
         return seen[-1]
 
     assert run("--dataset", "sent") == SingleModelConfig(dataset="sent", device=available_device())
