@@ -14,6 +14,8 @@ import torch
 
 from dyntc import DynamicClassifier, DyntcError
 
+pytestmark = pytest.mark.data  # every test runs on a CLINC150 sample
+
 OLD = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
 NEW = ["translate", "flip_coin"]
 SMALL = dict(encoder="sru", metric="hyperbolic", hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
