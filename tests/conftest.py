@@ -8,6 +8,20 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("DYNTC_DATA", str(REPO.parent / "shared" / "datasets"))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
+#: The fixtures below that read a data set under DYNTC_DATA (each skips its tests when the files are
+#: absent). A test using one, directly or through another fixture, must be marked `data` (registered
+#: in pyproject.toml), so that `pytest -m "not data"` is the suite that needs no data set; a test that
+#: loads a data set by other means is marked by hand.
+DATA_FIXTURES = frozenset({"data_dir", "clinc_raw", "sent", "small_sent"})
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [item.nodeid for item in items
+                if DATA_FIXTURES & set(getattr(item, "fixturenames", ())) and item.get_closest_marker("data") is None]
+    if unmarked:
+        raise pytest.UsageError("these tests use a data set fixture (" + ", ".join(sorted(DATA_FIXTURES)) + ") but are not "
+                                "marked @pytest.mark.data:\n  " + "\n  ".join(unmarked))
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:

@@ -67,6 +67,7 @@ def test_vocabulary_extension_with_a_glove_file_lacking_the_new_words(tmp_path):
         glove_lookup(["qwzx"], path)
 
 
+@pytest.mark.data
 def test_glove_subset_rebuilds_the_packaged_vocabulary_bit_for_bit(tmp_path, small_sent):
     from dyntc.text import write_glove_subset
 

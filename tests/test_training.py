@@ -42,6 +42,7 @@ def _fresh(encoder):
     return copy.deepcopy(encoder)
 
 
+@pytest.mark.data
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["euc", "hyp"])
 def test_prototypical_beats_majority_on_sent(sent_encoded, name):
@@ -55,6 +56,7 @@ def test_prototypical_beats_majority_on_sent(sent_encoded, name):
     assert acc > majority + 0.10, f"{name}: test acc {acc:.3f} vs majority {majority:.3f}"
 
 
+@pytest.mark.data
 @pytest.mark.slow
 def test_mlp_beats_majority_on_sent(sent_encoded):
     encoder, train, dev, test, majority = sent_encoded
@@ -66,6 +68,7 @@ def test_mlp_beats_majority_on_sent(sent_encoded):
     assert acc > majority + 0.10, f"mlp: test acc {acc:.3f} vs majority {majority:.3f}"
 
 
+@pytest.mark.data
 def test_early_stopping_restores_best_weights(sent_encoded):
     encoder, train, dev, _, _ = sent_encoded
     model = build_model("euc", _fresh(encoder), len(train.classes))
@@ -78,6 +81,7 @@ def test_early_stopping_restores_best_weights(sent_encoded):
     assert prototypical_accuracy(model, train.per_class(20, seed=0), small_dev) == pytest.approx(best)
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("name, options", [("hyp", {}), ("mlp", {}),
                                            ("hyp", {"learn_scale": True, "logit_scale": 0.5, "max_norm": 4.0})])
 def test_save_load_round_trip(tmp_path, sent_encoded, name, options):
@@ -103,6 +107,7 @@ def test_save_load_round_trip(tmp_path, sent_encoded, name, options):
     assert not list(tmp_path.glob(".m.tmp-*")), "no temporary directory left behind"
 
 
+@pytest.mark.data
 def test_checkpoint_errors(tmp_path, sent_encoded):
     encoder, train, _, _, _ = sent_encoded
     with pytest.raises(DyntcError, match="does not exist"):
@@ -124,6 +129,7 @@ def test_checkpoint_errors(tmp_path, sent_encoded):
         load_model(tmp_path / "m")
 
 
+@pytest.mark.data
 def test_bad_training_inputs(sent_encoded):
     encoder, train, _, _, _ = sent_encoded
     with pytest.raises(DyntcError, match=r"texts\[1\] is empty"):
@@ -155,6 +161,7 @@ def test_cli_errors_are_one_line_without_traceback():
         assert message in proc.stderr.lower() and "Traceback" not in proc.stderr
 
 
+@pytest.mark.data
 @pytest.mark.slow
 def test_cli_train_end_to_end(tmp_path):
     out = tmp_path / "run"
@@ -197,6 +204,7 @@ def test_cli_makes_idle_openmp_threads_sleep_unless_the_user_chose():
     assert out.stdout.strip() == "ACTIVE"
 
 
+@pytest.mark.data
 def test_encoder_encode_batches_without_gradient_and_takes_an_empty_list(sent_encoded):
     encoder, train, *_ = sent_encoded
     texts = ["my flight was late", "lost my bag", "rude staff at the gate again"]
@@ -206,6 +214,7 @@ def test_encoder_encode_batches_without_gradient_and_takes_an_empty_list(sent_en
     assert encoder.encode([]).shape == (0, encoder.output_dim)
 
 
+@pytest.mark.data
 def test_monitor_records_geometry_without_changing_training(sent_encoded):
     """The issue-11 diagnostics: recorded at step 0 and every evaluation, and training is unchanged."""
     from dyntc.protocol.diagnostics import geometry_stats, pretraining_monitor
@@ -236,6 +245,7 @@ def test_monitor_records_geometry_without_changing_training(sent_encoded):
     assert np.isfinite(stats["margin"]["p50"]) and stats["d2_own"]["mean"] > 0
 
 
+@pytest.mark.data
 def test_min_steps_holds_off_early_stopping(sent_encoded):
     """With patience 1 training stops at the first evaluation without a gain; min_steps keeps it going
     (the slow start of prototypical training, docs/results.md §7), and the best weights still win."""
@@ -256,6 +266,7 @@ def test_min_steps_holds_off_early_stopping(sent_encoded):
         TrainConfig(min_steps=-1)
 
 
+@pytest.mark.data
 def test_hold_at_chance_keeps_a_model_that_has_not_started_to_learn_training(sent_encoded):
     """A model whose training loss stays above chance (ln N_C; here an Adam step too small to move it)
     is not early-stopped with hold_at_chance, and is without it; a learning model is stopped either way."""
@@ -311,6 +322,7 @@ def _interrupt_after(n: int):
     return on_work
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("name", ["euc", "hyp", "mlp", "euc-hard", "hyp-cosine"])
 def test_interrupted_loop_resumes_from_its_snapshot_to_the_same_result(tmp_path, sent_encoded, name):
     """A loop killed mid-way and restarted with the same snapshot file ends exactly as an
@@ -364,6 +376,7 @@ def test_cosine_lr_decays_from_base_to_zero():
     assert rates == sorted(rates, reverse=True)
 
 
+@pytest.mark.data
 def test_lr_cosine_changes_episodic_training_and_is_refused_for_the_mlp(sent_encoded):
     """The schedule acts (the weights differ from a constant rate after the same episodes, and the
     optimizer's last rate is cosine_lr's), and the MLP's loop refuses it by name."""
@@ -396,6 +409,7 @@ def test_lr_cosine_changes_episodic_training_and_is_refused_for_the_mlp(sent_enc
         dataclasses.replace(PAPER, per_model={"sent": {"mlp": {"lr_cosine": True}}})
 
 
+@pytest.mark.data
 def test_fit_head_sets_the_dev_chosen_logistic_regression_and_starts_the_loop_from_it(sent_encoded):
     """fit_head's layer on the raw features predicts as the standardised regression it came from (the
     dev accuracy it reports is the head's own), beats a fresh random layer, and the supervised loop
@@ -471,6 +485,7 @@ def test_snapshot_key_ignores_which_glove_file_the_vectors_came_from():
     assert key(None, hidden=16) != key(None)
 
 
+@pytest.mark.data
 def test_snapshot_of_another_config_is_ignored(tmp_path, sent_encoded):
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))
@@ -487,6 +502,7 @@ def test_snapshot_of_another_config_is_ignored(tmp_path, sent_encoded):
     assert result.history == expected.history  # trained afresh, not the seed-0 snapshot's result
 
 
+@pytest.mark.data
 def test_unreadable_snapshot_warns_and_trains_afresh(tmp_path, sent_encoded):
     encoder, train, dev, _, _ = sent_encoded
     sub = train.take(np.arange(600))
@@ -500,6 +516,7 @@ def test_unreadable_snapshot_warns_and_trains_afresh(tmp_path, sent_encoded):
     assert result.steps == 10 and torch.load(snapshot, weights_only=True)["done"]
 
 
+@pytest.mark.data
 def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, sent_encoded):
     """A stage interrupted under min_steps=20 resumes under min_steps=40 (a slow start that outlasts
     the floor) and ends exactly as an uninterrupted loop with floor 40; a lower floor fits unless the
@@ -556,6 +573,7 @@ def test_raising_the_no_stop_floor_keeps_a_running_stage_s_snapshot(tmp_path, se
     assert load_snapshot(TrainConfig(**cfg, min_steps=50, snapshot=snapshot), "prototypical", model=probe)["done"]
 
 
+@pytest.mark.data
 def test_a_stage_run_to_its_budget_fits_any_rule_that_would_not_have_stopped_it(tmp_path, sent_encoded):
     """A selection run without early stopping (floor = budget) ends as the real run's stage would when
     that stage's rule, replayed on the dev scores, does not stop before the budget: its finished snapshot
@@ -627,6 +645,7 @@ def test_ended_under_replays_held_evaluations_and_epoch_histories():
         ended_under(ran, cfg, "proto", chance=None)
 
 
+@pytest.mark.data
 def test_euclidean_warmup_trains_hyp_exactly_as_euc_then_switches(sent_encoded):
     """During the warm-up a HYP model's episodes are EUC's (same encoder start and seed: identical
     weights), after it the hyperbolic metric takes over (the weights part), and dev evaluations measure
@@ -671,6 +690,7 @@ def test_euclidean_warmup_trains_hyp_exactly_as_euc_then_switches(sent_encoded):
         TrainConfig(euclidean_warmup=-1)
 
 
+@pytest.mark.data
 def test_unclipped_warmup_is_eucs_training_for_a_clipped_hyp(sent_encoded):
     """With euclidean_warmup_clip=False a HYP model with a soft clip trains its warm-up exactly as EUC
     (identical weights), where the clipped warm-up does not; the clip is back after the block and for
@@ -737,6 +757,7 @@ def test_euclidean_warmup_reaches_only_hyp_pretraining_and_keeps_other_work_vali
         parse_setting("euclidean_warmup", "1e3")
 
 
+@pytest.mark.data
 def test_euclidean_warmup_lr_trains_the_warmup_as_euc_at_that_rate(sent_encoded):
     """With its own rate the warm-up is EUC's training at that rate (identical weights), the episodes
     after it run at the model's lr; the rate needs a warm-up and must be positive."""

@@ -71,6 +71,7 @@ def calibrated(clinc):
     return clf.calibrate(*_pairs(clinc, "val"), [t for t, _ in clinc["oos_val"]], max_accuracy_drop=0.02)
 
 
+@pytest.mark.data
 def test_calibrate_on_clinc150(calibrated, clinc, tmp_path):
     cal = calibrated.calibration_
     assert cal.n_texts == 6 * 20 and cal.n_oos == 100
@@ -94,6 +95,7 @@ def test_calibrate_on_clinc150(calibrated, clinc, tmp_path):
     assert back.predict(oos, reject=True) == rejected
 
 
+@pytest.mark.data
 def test_fine_tune_resets_the_calibration(calibrated, clinc):
     clf = copy.deepcopy(calibrated)  # its own network: fine_tune changes it
     clf.fine_tune(episodes=2)
@@ -102,6 +104,7 @@ def test_fine_tune_resets_the_calibration(calibrated, clinc):
         clf.predict(["hello"], reject=True)
 
 
+@pytest.mark.data
 def test_before_calibration_the_temperature_is_the_models_scale(clinc):
     """A frozen MiniLM without head has logits -16 d² (unit vectors: softmax(-d²) would be nearly flat);
     predict_proba uses T = 1/16 until calibrate, and ECE "before" is measured at that T."""
@@ -123,6 +126,7 @@ def test_before_calibration_the_temperature_is_the_models_scale(clinc):
 # ------------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.data
 def test_bad_calibration_input_changes_nothing(calibrated, clinc, tmp_path):
     path = calibrated.save(tmp_path / "m")
     texts, labels = _pairs(clinc, "val")

@@ -98,6 +98,7 @@ def _labels(model):
     return dict(line.split("\t") for line in ok("labels", "list", model).splitlines())
 
 
+@pytest.mark.data
 def test_end_to_end_subprocesses(model, work, tmp_path):
     dyntc("labels", "add", model, "flip_coin", "--examples-file", work / "flip.txt", "-e", "toss a coin for me")
     out = dyntc("predict", model, "--top-k", "3", input="please toss a coin\n\nwill it rain tomorrow\n")
@@ -113,6 +114,7 @@ def test_end_to_end_subprocesses(model, work, tmp_path):
     assert _files(model) == before
 
 
+@pytest.mark.data
 def test_label_commands(model, work):
     assert _labels(model) == {y: "100" for y in INTENTS}
     assert json.loads(ok("labels", "list", model, "--json")) == {y: 100 for y in INTENTS}
@@ -138,6 +140,7 @@ def test_label_commands(model, work):
     assert [r["label"] for r in rows] == ["flip_coin", "countdown"]
 
 
+@pytest.mark.data
 def test_predict_inputs(model, tmp_path):
     texts = ["what's the weather like in boston", "move 100 dollars to savings"]
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts)))
@@ -152,6 +155,7 @@ def test_predict_inputs(model, tmp_path):
     assert code == 2 and '"text" field' in err
 
 
+@pytest.mark.data
 def test_evaluate_report(model, work, tmp_path):
     out = dyntc("evaluate", model, "--data", work / "test.csv", "--text-col", "utterance", "--label-col", "intent",
                 "--report-dir", tmp_path / "report")
@@ -165,6 +169,7 @@ def test_evaluate_report(model, work, tmp_path):
     assert "precision" in (tmp_path / "report" / "classification_report.txt").read_text()
 
 
+@pytest.mark.data
 @pytest.mark.parametrize(
     "args, match",
     [
@@ -192,6 +197,7 @@ def test_bad_input_exits_2_and_leaves_the_model_alone(model, work, args, match):
     assert sorted(p.name for p in model.parent.iterdir()) == ["model"]  # no temporary directories left
 
 
+@pytest.mark.data
 def test_bad_model_and_data_files(work, tmp_path):
     code, _, err = cli("predict", tmp_path / "nope", input="hi\n")
     assert code == 2 and "does not exist" in err

@@ -67,6 +67,7 @@ def get(name: str, seed: int = 0):
     return _cache[name, seed]
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_counts_labels_and_texts(name):
     ds = get(name)
@@ -89,6 +90,7 @@ def test_counts_labels_and_texts(name):
     assert shared == info["cross_split_duplicates"] <= MAX_CROSS_SPLIT[name]
 
 
+@pytest.mark.data
 def test_news_hierarchy_is_the_papers_tree():
     ds = get("news")
     tree = ds.hierarchy
@@ -106,6 +108,7 @@ def test_news_hierarchy_is_the_papers_tree():
     assert not any(t.startswith("From:") or "\nLines:" in t[:300] for t in ds.test.texts[:500])
 
 
+@pytest.mark.data
 def test_news_raw_messages_keep_their_headers_and_match_the_loader():
     ds = get("news")
     raw = read_news_messages(DATA, verify=False, text=lambda message: message)
@@ -118,6 +121,7 @@ def test_news_raw_messages_keep_their_headers_and_match_the_loader():
         read_news_messages(DATA / "no-such-dir")
 
 
+@pytest.mark.data
 def test_news_dev_is_stratified_20_percent_of_bydate_train():
     ds = get("news")
     for label, n_dev in ds.dev.label_counts().items():
@@ -125,6 +129,7 @@ def test_news_dev_is_stratified_20_percent_of_bydate_train():
         assert n_dev == round(0.2 * n_total)
 
 
+@pytest.mark.data
 def test_intent_hierarchies():
     clinc = get("clinc150")
     tree = clinc.hierarchy
@@ -139,6 +144,7 @@ def test_intent_hierarchies():
     assert hwu.info["within_split_duplicates"] == {"train": 3, "dev": 70, "test": 0}
 
 
+@pytest.mark.data
 def test_sent_filter_and_dedup():
     ds = get("sent")
     assert ds.hierarchy is None
@@ -148,6 +154,7 @@ def test_sent_filter_and_dedup():
     assert "Late Flight" in ds.labels and "longlines" in ds.labels
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("name", ["sent", "news"])
 def test_seeded_splits(name):
     a = get(name, 0)
@@ -161,6 +168,7 @@ def test_seeded_splits(name):
         assert c.test.texts == a.test.texts
 
 
+@pytest.mark.data
 def test_official_splits_ignore_seed():
     need("hwu64")
     assert load("hwu64", DATA, seed=3).dev.texts == get("hwu64").dev.texts
@@ -199,6 +207,7 @@ def _copy_clinc(tmp_path) -> Path:
     return tmp_path / "clinc150" / "data_full.json"
 
 
+@pytest.mark.data
 def test_truncated_file(tmp_path):
     path = _copy_clinc(tmp_path)
     path.write_bytes(path.read_bytes()[:1000])
@@ -208,6 +217,7 @@ def test_truncated_file(tmp_path):
     assert str(path) in msg and "1000 bytes" in msg and "2495390" in msg
 
 
+@pytest.mark.data
 def test_altered_file_checksum_then_counts(tmp_path):
     path = _copy_clinc(tmp_path)
     raw = path.read_bytes()
@@ -225,6 +235,7 @@ def test_altered_file_checksum_then_counts(tmp_path):
     assert str(path) in msg and "15000" in msg and "14999" in msg
 
 
+@pytest.mark.data
 def test_hwu_line_mismatch(tmp_path):
     need("hwu64")
     shutil.copytree(DATA / "hwu64", tmp_path / "hwu64")
@@ -242,6 +253,7 @@ def _need_wos_labels() -> None:
         pytest.skip(f"WOS label files not found under {WOS_PARTIAL}")
 
 
+@pytest.mark.data
 def test_wos_without_text_is_a_clear_error():
     _need_wos_labels()
     with pytest.raises(DyntcError) as err:
@@ -250,6 +262,7 @@ def test_wos_without_text_is_a_clear_error():
     assert "X.txt" in msg and str(DATA / "wos46985" / "WOS46985" / "X.txt") in msg and "mendeley" in msg.lower()
 
 
+@pytest.mark.data
 def test_wos_labels_and_noise():
     _need_wos_labels()
     lab = load_wos_labels(DATA)
@@ -260,6 +273,7 @@ def test_wos_labels_and_noise():
     assert tree.ancestors("Psychology.40") == ["Psychology"]
 
 
+@pytest.mark.data
 def test_wos_x_txt_reader_with_placeholder_text(tmp_path):
     _need_wos_labels()
     (tmp_path / "wos46985" / "WOS46985").mkdir(parents=True)
@@ -271,6 +285,7 @@ def test_wos_x_txt_reader_with_placeholder_text(tmp_path):
     assert ds.train.texts[0].startswith("abstract ")
 
 
+@pytest.mark.data
 def test_wos_tab_sample():
     path = WOS_PARTIAL / "Data1k.txt"
     if not path.is_file():
@@ -297,6 +312,7 @@ def test_stratified_split_partitions():
     assert {labels[i] for i in parts[0]} == {"a", "b", "c"}
 
 
+@pytest.mark.data
 def test_describe_all(tmp_path):
     rows = {r["name"]: r for r in describe_all(tmp_path / "empty")}
     assert set(rows) == set(DATASETS) and not any(r["present"] for r in rows.values())
@@ -309,6 +325,7 @@ def test_describe_all(tmp_path):
     assert not rows["news"]["present"]
 
 
+@pytest.mark.data
 def test_download_is_explicit_and_verified(tmp_path, monkeypatch):
     with pytest.raises(DyntcError, match="by hand"):  # Kaggle needs a login: no direct URL
         load("sent", tmp_path, download=True)
@@ -330,6 +347,7 @@ def test_download_is_explicit_and_verified(tmp_path, monkeypatch):
     assert served and all(u.startswith("https://raw.githubusercontent.com/clinc/oos-eval/") for u in served)
 
 
+@pytest.mark.data
 def test_clinc150_out_of_scope_splits(data_dir):
     from dyntc.data.datasets import clinc150_out_of_scope
 

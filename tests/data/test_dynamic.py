@@ -178,6 +178,7 @@ def test_flat_needs_three_labels_and_known_test_labels():
         make_split(bad, seed=0)
 
 
+@pytest.mark.data
 def test_real_sent_and_news_splits(sent, data_dir):
     split = make_split(sent, seed=0)
     assert len(split.removed) == 3 and len(split.new_labels) == 10

@@ -42,6 +42,7 @@ def _embed(runtime, texts):
     return torch.stack(enc.featurize(texts)).numpy()
 
 
+@pytest.mark.data
 def test_onnx_equals_torch(texts, cache):
     batch = [t for t, _ in texts["test"]]
     np.testing.assert_allclose(_embed("onnx", batch), _embed("torch", batch), atol=2e-6)
@@ -49,6 +50,7 @@ def test_onnx_equals_torch(texts, cache):
     assert folder.name.endswith(f"-{onnx_runtime.RECIPE}") and [p.name for p in folder.iterdir()] == ["model.onnx"]
 
 
+@pytest.mark.data
 def test_onnx_int8_is_close_and_classifies_alike(texts, cache):
     """Per-channel int8: cosine > 0.98 to the float32 embedding for each of these 80 texts (over 2,000
     CLINC150 texts the least is 0.95, docs/results.md §9.3), and the same nearest-centroid predictions
@@ -66,6 +68,7 @@ def test_onnx_int8_is_close_and_classifies_alike(texts, cache):
     assert len(list((cache / "onnx").glob("*/model-int8.onnx"))) == 1
 
 
+@pytest.mark.data
 def test_exported_files_are_reused(texts, cache, monkeypatch):
     batch = [t for t, _ in texts["test"][:8]]
     first = _embed("onnx-int8", batch)
@@ -83,6 +86,7 @@ def test_exported_files_are_reused(texts, cache, monkeypatch):
     assert [f.stat().st_mtime_ns for f in files] == stamps
 
 
+@pytest.mark.data
 def test_classifier_runtime_round_trip(texts, cache, tmp_path):
     train = texts["train"]
     clf = DynamicClassifier(encoder_options={"runtime": "onnx-int8"}).fit([t for t, _ in train], [y for _, y in train])
@@ -96,6 +100,7 @@ def test_classifier_runtime_round_trip(texts, cache, tmp_path):
     assert acc > 0.85
 
 
+@pytest.mark.data
 def test_runtime_bad_input(texts, cache, monkeypatch):
     with pytest.raises(DyntcError, match=r"runtime must be one of \('torch', 'onnx', 'onnx-int8'\), got 'tensorrt'"):
         PretrainedEncoder.create("minilm", runtime="tensorrt")
@@ -129,6 +134,7 @@ def test_runtime_bad_input(texts, cache, monkeypatch):
         _embed("onnx", ["a text"])
 
 
+@pytest.mark.data
 def test_cache_off_exports_to_a_temporary_directory(texts, monkeypatch):
     monkeypatch.setenv("DYNTC_CACHE", "off")
     monkeypatch.setattr("dyntc.encoders.pretrained._BACKBONES", {})
@@ -139,6 +145,7 @@ def test_cache_off_exports_to_a_temporary_directory(texts, monkeypatch):
     assert [p.name for p in Path(folder).iterdir()] == ["model.onnx"]
 
 
+@pytest.mark.data
 def test_unwritable_cache_falls_back_to_a_temporary_directory(texts, cache, monkeypatch):
     """An export that cannot be written under DYNTC_CACHE warns and goes to a temporary directory;
     a half-written export left by a killed process is removed once stale."""

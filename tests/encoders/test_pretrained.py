@@ -48,6 +48,7 @@ def test_names():
     assert not is_pretrained_name(str(model_dir / "1_Pooling"))  # a directory, but no sentence-transformers model
 
 
+@pytest.mark.data
 def test_embeddings_are_the_models_own_and_deterministic(frozen, clinc):
     items = frozen.featurize(clinc + clinc[:3])
     assert len(items) == 43
@@ -68,6 +69,7 @@ def test_similar_sentences_are_closer(frozen):
     assert cos(a, b, dim=0) > cos(a, c, dim=0) + 0.3
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("metric", ["euclidean", "hyperbolic"])
 def test_frozen_prototypical_trains_only_the_head(frozen, clinc, metric):
     enc = PretrainedEncoder.create("minilm", hidden_size=16, dropout=0.0)
@@ -137,6 +139,7 @@ def test_finetune_forward_in_length_groups_equals_one_padded_batch(frozen, monke
     assert torch.equal(grouped[0], grouped[6])  # the same text in two places: the same row
 
 
+@pytest.mark.data
 @pytest.mark.parametrize("mode", ["frozen", "finetune"])
 def test_save_load_round_trip(tmp_path, clinc, mode):
     enc = create_encoder("minilm", clinc, mode=mode, hidden_size=16, max_len=32)
@@ -210,6 +213,7 @@ def test_missing_packages_name_the_extra(monkeypatch):
             pretrained.load_sentence_transformer(resolve_backbone("minilm"))
 
 
+@pytest.mark.data
 def test_disk_cache(frozen, clinc, tmp_path, monkeypatch):
     monkeypatch.setattr(pretrained, "DISK_CACHE_MIN_TEXTS", 4)
     first = frozen.featurize(clinc[:10])

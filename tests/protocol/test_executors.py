@@ -29,6 +29,7 @@ def _key(r: dict) -> tuple:
 # ---- without Ray, and the options ---------------------------------------------------------------
 
 
+@pytest.mark.data
 def test_ray_executor_without_ray_names_the_extra(small_sent, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if it were not installed
     with pytest.raises(DyntcError, match=r"--executor ray needs Ray.*pip install 'dyntc\[ray\]'"):
@@ -48,6 +49,7 @@ def test_the_cli_refuses_ray_without_ray(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.data
 def test_executor_options_are_checked(small_sent, tmp_path):
     with pytest.raises(DyntcError, match="unknown --executor 'slurm': choose from local, ray"):
         run_tiny(small_sent, tmp_path, executor="slurm")
@@ -58,6 +60,7 @@ def test_executor_options_are_checked(small_sent, tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.data
 @needs_ray
 def test_an_address_where_nothing_answers_is_refused_at_once(small_sent, tmp_path):
     with pytest.raises(DyntcError, match=r"nothing answers at the Ray cluster address 127.0.0.1:9 \(.*\): start the cluster's head"):
@@ -92,6 +95,7 @@ def _same_results(a: dict, b: dict) -> None:
     assert b["split_info"] == a["split_info"] and b["vocabulary"] == a["vocabulary"]
 
 
+@pytest.mark.data
 @needs_ray
 def test_ray_gives_the_cells_of_one_job_and_a_second_run_does_nothing(ray_cluster, sequential, small_sent, tmp_path, monkeypatch):
     out, one_job = sequential
@@ -122,6 +126,7 @@ def test_ray_gives_the_cells_of_one_job_and_a_second_run_does_nothing(ray_cluste
     assert again["rows"] == results["rows"] and again["finished"]
 
 
+@pytest.mark.data
 @needs_ray
 def test_ray_resumes_an_interrupted_run_from_the_drivers_checkpoints(ray_cluster, sequential, small_sent, tmp_path):
     """The driver sends each unit its saved weights: euc's are loaded on the worker (its record is the
@@ -144,6 +149,7 @@ def test_ray_resumes_an_interrupted_run_from_the_drivers_checkpoints(ray_cluster
     assert on_disk["rows"] == resumed["rows"]
 
 
+@pytest.mark.data
 @needs_ray
 def test_a_failing_ray_unit_names_it_with_the_remote_traceback(ray_cluster, small_sent, tmp_path):
     # a text that is not a string: the driver plans the splits from the labels, the worker fails featurizing
@@ -171,6 +177,7 @@ def test_unit_files_are_the_units_own(tmp_path):
     assert executors.unit_files(tmp_path, Unit(0, "euc", [])) == {}
 
 
+@pytest.mark.data
 @needs_ray
 def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cluster, sequential, small_sent, tmp_path,
                                                                           monkeypatch, stop_first_stage):
@@ -201,6 +208,7 @@ def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cl
     assert not snapshot.exists()
 
 
+@pytest.mark.data
 @needs_ray
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a cluster without GPUs")
 def test_cuda_units_need_a_gpu_node(ray_cluster, small_sent, tmp_path):

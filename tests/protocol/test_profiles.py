@@ -43,6 +43,7 @@ def test_overrides_are_parsed_in_one_place():
         parse_overrides(["lr=1e-3", "lr"], option="settings")
 
 
+@pytest.mark.data
 def test_quick_keeps_sents_skewed_dev_set_whole_and_caps_the_others(sent, tmp_path):
     """A dev set capped per class is balanced; SENT's labels are skewed, so `quick` keeps its dev sets
     whole, as `paper` does (early stopping then targets the accuracy the test reports)."""

@@ -6,6 +6,8 @@ import pytest
 
 from dyntc.protocol.report import PAPER_TABLE2, aggregate, plot_accuracy, tables_markdown, time_shares
 
+pytestmark = pytest.mark.data  # every test reads the tiny run of real SENT tweets (tests/protocol/conftest.py)
+
 
 def test_tiny_run_report(tiny_run, tmp_path):
     out, results = tiny_run

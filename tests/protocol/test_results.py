@@ -25,6 +25,7 @@ def test_joined_grid_counts_scratch_only_where_it_was_asked_for():
     assert everywhere["scratch_n_fine"] is None  # the earlier invocation asked for scratch at every n_fine
 
 
+@pytest.mark.data
 def test_a_new_configuration_is_taken_where_it_contradicts_no_finished_work(tiny_run, small_sent, tmp_path):
     """Settings may change without --force where no finished cell or pretraining depends on them: in a
     run stopped before anything finished (its running stages' snapshots are kept), or in one model's

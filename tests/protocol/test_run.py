@@ -7,6 +7,8 @@ import dyntc.protocol as protocol
 from dyntc.errors import DyntcError
 from dyntc.protocol import make_plan
 
+pytestmark = pytest.mark.data  # every test runs on real SENT tweets
+
 
 def test_finetune_lr_reaches_only_the_fine_tuning_stages_and_old_fingerprints_hold(small_sent, tmp_path):
     assert "finetune_lr" not in make_plan("sent", "paper").fingerprint()["hyperparameters"]  # older runs resume

@@ -23,6 +23,7 @@ ROW_KEYS = {"model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_ol
             "shortfall", "n_test", "n_test_new", "steps"}
 
 
+@pytest.mark.data
 def test_out_must_be_a_directory(small_sent, tmp_path):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
@@ -31,6 +32,7 @@ def test_out_must_be_a_directory(small_sent, tmp_path):
     assert not_a_dir.read_text() == "x"
 
 
+@pytest.mark.data
 def test_only_splits_runs_those_splits_and_a_later_run_the_rest(small_sent, tmp_path, counted):
     proto, _ = counted
     kw = dict(splits=2, models="euc", variants="un-tuned", n_fine="5")
@@ -42,6 +44,7 @@ def test_only_splits_runs_those_splits_and_a_later_run_the_rest(small_sent, tmp_
     assert second["rows"][1] == first["rows"][0]
 
 
+@pytest.mark.data
 def test_tiny_run_schema(tiny_run, small_sent):
     out, results = tiny_run
     on_disk = json.loads((out / "results.json").read_text())
@@ -76,6 +79,7 @@ def test_tiny_run_schema(tiny_run, small_sent):
     assert all(r["n_test_new"] == n_new_test for r in rows)
 
 
+@pytest.mark.data
 def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):
     out, results = tiny_run
     run_dir = tmp_path / "run"
@@ -99,6 +103,7 @@ def test_resume_skips_finished_cells(tiny_run, small_sent, tmp_path, counted):
             assert r == old[(r["model"], r["variant"], r["n_fine"])]
 
 
+@pytest.mark.data
 def test_a_resume_of_a_selection_keeps_the_runs_grid_and_is_not_finished_early(tiny_run, small_sent, tmp_path, counted):
     """A resume that asks for fewer n_fine and models than the run has: the header keeps the run's grid
     (joined over invocations), names the selection apart, and the run is finished only when the
@@ -124,6 +129,7 @@ def test_a_resume_of_a_selection_keeps_the_runs_grid_and_is_not_finished_early(t
     assert final["finished"] and len(final["rows"]) == 18 and final["n_fine"] == [5, 10]
 
 
+@pytest.mark.data
 def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sent, tmp_path, counted):
     """After a change of HYP's per-model settings, EUC's finished cells and pretrained weights stay
     valid (nothing of EUC is retrained) and only HYP's cells run again."""
@@ -148,6 +154,7 @@ def test_tuning_one_model_keeps_the_other_models_pretraining(tiny_run, small_sen
     assert again["pretraining"]["0"]["hyp"]["history"] == fresh["pretraining"]["0"]["hyp"]["history"]
 
 
+@pytest.mark.data
 def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run, small_sent, tmp_path, counted):
     """A model with finished work cannot change its settings in place; --redo hyp drops HYP's cells,
     pretraining records and fine-tuning snapshots (those started from the old weights), only once the
@@ -214,6 +221,7 @@ def test_redo_discards_one_models_work_so_that_its_settings_may_change(tiny_run,
     assert any(f"keeping {n_scratch} scratch cells" in m for m in messages)
 
 
+@pytest.mark.data
 def test_redo_after_a_scratch_only_change_recomputes_the_scratch_cells_only(tiny_run, small_sent, tmp_path, counted):
     """Turning scratch_like_pretraining on for HYP contradicts its finished scratch cells only: the run
     is refused with the way out named, and --redo hyp recomputes those cells (with the pretraining
@@ -241,6 +249,7 @@ def test_redo_after_a_scratch_only_change_recomputes_the_scratch_cells_only(tiny
     assert reproduce(small_sent, like, run_dir, progress=False, log=lambda m: None)["rows"] == again["rows"]  # resumes
 
 
+@pytest.mark.data
 def test_a_stage_whose_weights_do_not_load_whole_pretrains_afresh(tiny_run, small_sent, tmp_path):
     """Weights whose side file is damaged are loaded into the model before the damage shows: the
     stage must still start from a fresh initialisation, as in an empty directory."""
@@ -259,6 +268,7 @@ def test_a_stage_whose_weights_do_not_load_whole_pretrains_afresh(tiny_run, smal
     assert again["pretraining"]["0"]["euc"]["history"] == fresh["pretraining"]["0"]["euc"]["history"]
 
 
+@pytest.mark.data
 def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_rule_ends_alike(small_sent, tmp_path, counted):
     """A selection run that does not stop early (floor = budget, as scripts/pretrain_stage.py trains)
     gives the run's weights where the run's own rule, replayed on their dev history, would not have
@@ -303,6 +313,7 @@ def test_weights_pretrained_under_another_stopping_rule_are_used_where_the_runs_
     assert proto.calls == calls + 1
 
 
+@pytest.mark.data
 def test_a_new_fine_tuning_rule_keeps_the_pretrained_weights_and_a_new_lr_does_not(tiny_run, small_sent, tmp_path, counted):
     """The MLP's cells run again under a changed fine-tuning setting (finetune_fit_head) reuse its
     pretrained weights; a changed pretraining setting (its lr) pretrains it again."""
@@ -325,6 +336,7 @@ def test_a_new_fine_tuning_rule_keeps_the_pretrained_weights_and_a_new_lr_does_n
     assert proto.calls == 0
 
 
+@pytest.mark.data
 def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch):
     proto = Counter(protocol_run.train_prototypical, fail_after=3)
     monkeypatch.setattr(protocol_run, "train_prototypical", proto)
@@ -347,6 +359,7 @@ def test_interrupted_run_keeps_finished_cells(small_sent, tmp_path, monkeypatch)
     assert counter.calls == 2  # euc n_fine=10 fine-tuned + scratch; pretraining loaded from its checkpoint
 
 
+@pytest.mark.data
 def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_path, stop_first_stage):
     """Killed during EUC's pretraining, a run keeps the stage's snapshot (checkpoints/, *.partial.pt);
     the rerun resumes the stage from it and ends with the uninterrupted run's rows, snapshots gone."""
@@ -364,6 +377,7 @@ def test_a_run_stopped_mid_stage_resumes_that_stage(tiny_run, small_sent, tmp_pa
     assert not list((tmp_path / "checkpoints").rglob("*.partial.pt"))
 
 
+@pytest.mark.data
 def test_config_mismatch_is_an_error_unless_forced(tiny_run, small_sent, tmp_path):
     out, _ = tiny_run
     import shutil
@@ -378,6 +392,7 @@ def test_config_mismatch_is_an_error_unless_forced(tiny_run, small_sent, tmp_pat
     assert forced["pretraining"]["0"]["euc"]["steps"] <= 7
 
 
+@pytest.mark.data
 def test_resume_with_a_glove_subset_file_and_refusal_of_other_vectors(tiny_run, small_sent, tmp_path, counted):
     """A subset file of the packaged vectors resumes a run (e.g. on a GPU host without the package);
     a file with other vectors is refused before it can mix two encoders' cells in one table."""
@@ -409,6 +424,7 @@ def test_resume_with_a_glove_subset_file_and_refusal_of_other_vectors(tiny_run, 
         run_tiny(small_sent, run_dir, embeddings=other)
 
 
+@pytest.mark.data
 def test_export_glove_writes_the_subset_and_names_an_unwritable_out(tmp_path):
     import os
 
@@ -438,6 +454,7 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, args, message):
 # ---- parallel work units (--jobs) ----------------------------------------------------------------
 
 
+@pytest.mark.data
 def test_jobs_must_be_a_positive_integer(small_sent, tmp_path):
     for bad in (0, -1, True, 1.5):
         with pytest.raises(DyntcError, match="--jobs must be an integer >= 1"):
@@ -445,6 +462,7 @@ def test_jobs_must_be_a_positive_integer(small_sent, tmp_path):
     assert not (tmp_path / "results.json").exists()  # refused before any work
 
 
+@pytest.mark.data
 def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path, monkeypatch):
     """Every unit takes its seeds from derive_seed and featurizes the same way in its own process.
     The parent also rewrites the report while units run (here at every message): rows stay the same."""
@@ -470,6 +488,7 @@ def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path, m
     assert (tmp_path / "tables.md").is_file()
 
 
+@pytest.mark.data
 def test_two_jobs_resume_an_interrupted_run(tiny_run, small_sent, tmp_path):
     out, sequential = tiny_run
     import shutil
@@ -492,6 +511,7 @@ def test_two_jobs_resume_an_interrupted_run(tiny_run, small_sent, tmp_path):
         assert record["steps"] == sequential["pretraining"]["0"]["hyp"]["steps"] > 0
 
 
+@pytest.mark.data
 def test_a_failing_worker_names_its_unit(small_sent, tmp_path):
     # a directory where euc's checkpoint should go: saving the pretrained weights fails in the worker
     (tmp_path / "checkpoints" / "split0" / "euc.safetensors").mkdir(parents=True)
@@ -541,6 +561,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.data
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize("signum", [15, 9])
 def test_killing_a_parallel_run_stops_its_workers(tmp_path, signum):

@@ -31,6 +31,7 @@ def test_diagnostic_scripts_refuse_a_bad_set_by_name(script, extra, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.data
 def test_replay_stopping_script_finds_a_rule_change(tiny_run, tmp_path, capsys):
     """scripts/replay_stopping.py: a run replays to its own stops under its rule (status 0), and a
     history whose stop the rule would have placed elsewhere is reported (status 1)."""

@@ -87,6 +87,7 @@ def _tune(data, out, grid="lr=3e-3,3e-2;hyp.learn_scale=0,1"):
     return tune_profile(data, plan, out, grid=grid, log=lambda m: None)
 
 
+@pytest.mark.data
 def test_tuning_choice_ignores_the_test_set(small_sent, tmp_path):
     clean = _tune(small_sent, tmp_path / "a")
     poisoned = _tune(_poisoned(small_sent), tmp_path / "b")
@@ -99,6 +100,7 @@ def test_tuning_choice_ignores_the_test_set(small_sent, tmp_path):
     assert all(0 <= s <= 1 for s in scores) and len(set(scores)) > 1
 
 
+@pytest.mark.data
 def test_tuning_choice_follows_the_dev_set(small_sent, tmp_path, monkeypatch):
     """Poisoning dev (not test) does change the scores: the selection reads dev."""
     rng = np.random.default_rng(3)
@@ -109,6 +111,7 @@ def test_tuning_choice_follows_the_dev_set(small_sent, tmp_path, monkeypatch):
     assert [c["dev_acc"] for c in a["euc"]["candidates"]] != [c["dev_acc"] for c in b["euc"]["candidates"]]
 
 
+@pytest.mark.data
 def test_reproduce_with_tune_records_and_uses_the_choice(small_sent, tmp_path, monkeypatch):
     seen = []
     original = protocol.RunPlan.model_hp
@@ -150,6 +153,7 @@ def test_a_per_model_finetune_lr_reaches_that_models_fine_tuning_only():
         parse_grid("mlp.finetune_lr=1e-3,1e-2")
 
 
+@pytest.mark.data
 def test_per_model_settings_reach_the_models(small_sent, tmp_path):
     """Profile defaults, per_model overrides and the MLP's lack of prototype options."""
     prof = Profile("t", per_model={"*": {"hyp": {"lr": 0.5, "max_norm": 3.0}}}, pretrain_min_episodes=7)
