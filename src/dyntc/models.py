@@ -4,6 +4,8 @@
   (Euclidean mean, or hyperbolic Fréchet mean on the hyperboloid); logits are ``-d²`` to each prototype.
 - :class:`MLPClassifier` (MLP): the same encoder and a linear output layer, replaced for a new label set.
 - :class:`KNNProbe` (MLP-KNN): k-nearest-neighbour vote on the MLP's penultimate layer (the encoder output).
+- :class:`ModelKind` / :data:`MODELS` / :func:`model_kind`: the three by name (``"euc"``, ``"hyp"``,
+  ``"mlp"``), each with what its callers ask (prototypes? episodes? an output layer? a curved space?).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -294,16 +297,79 @@ class KNNProbe:
         return votes.argmax(1)
 
 
-MODEL_NAMES = {"euc": "euclidean", "hyp": "hyperbolic", "mlp": None}
+@dataclass(frozen=True)
+class ModelKind:
+    """One of the paper's models as the research protocol sees it: a name (``"euc"``, ``"hyp"``,
+    ``"mlp"``: the key of results, fingerprints, profiles and command lines) and the space its
+    prototypes live in. Callers ask a kind what they need to know; they never compare model names.
+
+    Every other property follows from `metric`: a model with one is a :class:`PrototypicalNetwork`
+    trained by episodes; one without is an :class:`MLPClassifier` trained by mini-batches.
+    """
+
+    name: str
+    #: the metric object (dyntc.geometry) of its prototypes; None: no prototypes, an output layer
+    metric: MetricObject | None
+
+    @property
+    def prototypical(self) -> bool:
+        """Classifies by the nearest class prototype (:class:`PrototypicalNetwork`), and so takes its
+        options (logit scale, norm clip, ...); un-tuned, its prototypes come from the new examples."""
+        return self.metric is not None
+
+    @property
+    def episodic(self) -> bool:
+        """Trained by episodes (``train_prototypical``: episode budgets and minimum, the hold at the
+        chance loss, the cosine learning rate, scratch cells with the pretraining recipe); otherwise by
+        mini-batches over epochs (``train_supervised``)."""
+        return self.prototypical
+
+    @property
+    def has_output_layer(self) -> bool:
+        """Ends in a linear output layer, replaced for a new label set, that fine-tuning may fit first
+        (``TrainConfig.fit_head``); un-tuned, it classifies by a k-NN vote on its encoder's output."""
+        return self.metric is None
+
+    @property
+    def euclidean_warmup(self) -> bool:
+        """Its space is curved, so a Euclidean warm-up before training in it means something (the
+        ``euclidean_warmup*`` settings, ``scratch_unclipped_warmup``)."""
+        return self.metric is not None and self.metric.curvature != 0
+
+    @property
+    def steps(self) -> str:
+        """What its training steps are called in logs and reports."""
+        return "episodes" if self.episodic else "batches"
+
+    def build(self, encoder: TextEncoder, n_classes: int, **options) -> PrototypicalNetwork | MLPClassifier:
+        """An untrained model of this kind on `encoder` (see :func:`build_model`)."""
+        if not self.prototypical:
+            if options:
+                raise DyntcError(f"the {self.name} model takes no options, got {sorted(options)}")
+            return MLPClassifier(encoder, n_classes)
+        return PrototypicalNetwork(encoder, self.metric.name, **options)
+
+
+#: The paper's models by name: EUC and HYP (prototypical networks), MLP (encoder + output layer).
+MODELS: dict[str, ModelKind] = {
+    kind.name: kind
+    for kind in (
+        ModelKind("euc", get_metric("euclidean")),
+        ModelKind("hyp", get_metric("hyperbolic")),
+        ModelKind("mlp", None),
+    )
+}
+
+
+def model_kind(name: str) -> ModelKind:
+    """The :class:`ModelKind` called `name`; an unknown name is a :class:`DyntcError` naming the choices."""
+    try:
+        return MODELS[name]
+    except (KeyError, TypeError):
+        raise DyntcError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}") from None
 
 
 def build_model(name: str, encoder: TextEncoder, n_classes: int, **options) -> PrototypicalNetwork | MLPClassifier:
     """``"euc"`` / ``"hyp"`` -> :class:`PrototypicalNetwork` (`options` are its keyword options, e.g.
     ``logit_scale``), ``"mlp"`` -> :class:`MLPClassifier` (no options)."""
-    if name not in MODEL_NAMES:
-        raise DyntcError(f"unknown model {name!r}: choose one of {', '.join(MODEL_NAMES)}")
-    if name == "mlp":
-        if options:
-            raise DyntcError(f"the mlp model takes no options, got {sorted(options)}")
-        return MLPClassifier(encoder, n_classes)
-    return PrototypicalNetwork(encoder, MODEL_NAMES[name], **options)
+    return model_kind(name).build(encoder, n_classes, **options)

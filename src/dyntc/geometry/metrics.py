@@ -19,6 +19,9 @@ class Metric:
     extra_coordinates: int = 0
     #: whether distances need float64 coordinates (float32 hyperboloid points lose small distances)
     needs_float64: bool = False
+    #: the space's (constant, sectional) curvature: 0 for a flat one; a Euclidean warm-up of a model
+    #: in a curved space is a training of its own (``TrainConfig.euclidean_warmup``), of a flat one not
+    curvature: float = 0.0
 
     def lift(self, h: torch.Tensor) -> torch.Tensor:
         """Encoder outputs ``(..., d)`` to points of the space."""
@@ -70,6 +73,7 @@ class Hyperboloid(Metric):
     name = "hyperbolic"
     extra_coordinates = 1
     needs_float64 = True
+    curvature = -1.0
 
     def lift(self, h):
         return lorentz.project(h)

@@ -29,11 +29,18 @@ FORMAT_VERSION = 1
 _EXTRA = "extra."
 
 
+# the networks a model directory may hold, by the "kind" its config.json names: class, and how it is
+# made from the encoder and the rest of its config (the network's config())
+_KINDS = {
+    "prototypical": (PrototypicalNetwork, lambda encoder, spec: PrototypicalNetwork(encoder, **spec)),
+    "mlp": (MLPClassifier, lambda encoder, spec: MLPClassifier(encoder, spec["n_classes"])),
+}
+
+
 def _model_kind(model) -> str:
-    if isinstance(model, PrototypicalNetwork):
-        return "prototypical"
-    if isinstance(model, MLPClassifier):
-        return "mlp"
+    for kind, (cls, _) in _KINDS.items():
+        if isinstance(model, cls):
+            return kind
     raise DyntcError(f"cannot save a {type(model).__name__}")
 
 
@@ -105,12 +112,9 @@ def _load_model(path: Path, config: dict) -> tuple[PrototypicalNetwork | MLPClas
     encoder = build_encoder(config["encoder"], extra_files)
     spec = dict(config["model"])
     kind = spec.pop("kind")
-    if kind == "prototypical":
-        model = PrototypicalNetwork(encoder, **spec)
-    elif kind == "mlp":
-        model = MLPClassifier(encoder, spec["n_classes"])
-    else:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise DyntcError(f"{path}/config.json: unknown model kind {kind!r}")
+    model = _KINDS[kind][1](encoder, spec)
     state = load_file(str(path / "model.safetensors"), device="cpu")
     tensors = {k[len(_EXTRA):]: v for k, v in state.items() if k.startswith(_EXTRA)}
     weights = {k: v for k, v in state.items() if not k.startswith(_EXTRA)}

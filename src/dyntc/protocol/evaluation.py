@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from dyntc.errors import DyntcError
-from dyntc.models import KNNProbe, PrototypicalNetwork
+from dyntc.models import KNNProbe, PrototypicalNetwork, model_kind
 from dyntc.encoders.base import embed
 from dyntc.training import TrainResult
 from dyntc.inference import Encoded, embed_points
@@ -33,10 +33,11 @@ def untuned_predict(model_name: str, pretrained: torch.nn.Module, fine: Encoded,
     """The un-tuned variant: the pretrained model unchanged, the n_fine examples as its support (MLP: a
     k-NN vote on its penultimate layer, the paper's MLP-KNN; EUC/HYP: their prototypes). `cache` keeps
     the embedded test set between the n_fine values of one pretrained model."""
+    prototypical = model_kind(model_name).prototypical
     if "test" not in cache:
-        cache["test"] = (embed(pretrained.encoder, pretrained.encoder, test.items) if model_name == "mlp"
-                         else embed_points(pretrained, test.items))
-    if model_name == "mlp":
+        cache["test"] = (embed_points(pretrained, test.items) if prototypical
+                         else embed(pretrained.encoder, pretrained.encoder, test.items))
+    if not prototypical:
         support = embed(pretrained.encoder, pretrained.encoder, fine.items)
         return knn_predict(support, fine.labels, cache["test"], k)
     return prototype_predict(pretrained, embed_points(pretrained, fine.items), fine.labels, len(fine.classes), cache["test"])

@@ -16,12 +16,12 @@ from dyntc.protocol.profiles import (
     ALL_MODELS,
     DEFAULT_MODELS,
     HYP_ONLY,
-    METRIC_MODELS,
     MODEL_OPTIONS,
     MODEL_VARIANTS,
     VARIANTS,
     Profile,
     get_profile,
+    kind_of,
     override,
 )
 from dyntc.training import TrainConfig
@@ -107,14 +107,16 @@ class RunPlan:
 
     def model_options(self, model: str) -> dict[str, Any]:
         """Keyword options of :func:`dyntc.models.build_model` for `model` (none for the MLP)."""
-        if model not in METRIC_MODELS:
+        kind = kind_of(model)
+        if kind is None or not kind.prototypical:
             return {}
         hp = self.model_hp(model)
         return {k: hp[k] for k in MODEL_OPTIONS}
 
     def scratch_like_pretraining(self, model: str | None) -> bool:
         """Whether `model`'s scratch cells train with the pretraining recipe (EUC/HYP only)."""
-        return model in METRIC_MODELS and bool(self.model_hp(model)["scratch_like_pretraining"])
+        kind = kind_of(model)
+        return kind is not None and kind.episodic and bool(self.model_hp(model)["scratch_like_pretraining"])
 
     def train_config(self, stage: str, seed: int, *, model: str | None = None, n_support: int | None = None,
                      n_train: int | None = None) -> TrainConfig:
@@ -123,8 +125,10 @@ class RunPlan:
         pretrained encoder, and EUC/HYP scratch under ``scratch_like_pretraining``, which takes the
         pretraining ones); `n_train` examples raise the MLP's few-shot epochs."""
         hp = self.model_hp(model) if model else self.hp
+        kind = kind_of(model)  # None: no model, or the logreg baseline
         pre = stage == "pretrain" or (stage == "scratch" and self.scratch_like_pretraining(model))
-        hyp_pre = pre and model == "hyp"
+        episodic, by_batches = kind is not None and kind.episodic, kind is not None and not kind.episodic
+        hyp_pre = pre and kind is not None and kind.euclidean_warmup  # its Euclidean warm-up applies
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
             batches = math.ceil(n_train / hp["batch_size"])
@@ -132,8 +136,8 @@ class RunPlan:
             patience = max(patience, math.ceil(hp["finetune_min_steps"] / (3 * batches)))
         return TrainConfig(
             lr=hp["lr"] if pre or hp["finetune_lr"] is None else hp["finetune_lr"],
-            lr_cosine=bool(hp["lr_cosine"]) and model in METRIC_MODELS,
-            fit_head=bool(hp["finetune_fit_head"]) and stage == "finetune" and model == "mlp",
+            lr_cosine=bool(hp["lr_cosine"]) and episodic,
+            fit_head=bool(hp["finetune_fit_head"]) and stage == "finetune" and kind is not None and kind.has_output_layer,
             euclidean_warmup=int(hp["euclidean_warmup"]) if hyp_pre else 0,
             euclidean_warmup_lr=hp["euclidean_warmup_lr"] if hyp_pre else None,
             euclidean_warmup_clip=not (hyp_pre and stage == "scratch" and hp["scratch_unclipped_warmup"]
@@ -147,8 +151,8 @@ class RunPlan:
             eval_every=hp["pretrain_eval_every" if pre else "finetune_eval_every"],
             patience=patience,
             eval_support_per_class=hp["pretrain_eval_support_per_class" if pre else "finetune_eval_support_per_class"],
-            min_steps=hp["pretrain_min_episodes"] if pre and model != "mlp" else 0,
-            hold_at_chance=bool(pre and model != "mlp" and hp["pretrain_min_episodes"]),
+            min_steps=hp["pretrain_min_episodes"] if pre and not by_batches else 0,
+            hold_at_chance=bool(pre and not by_batches and hp["pretrain_min_episodes"]),
             time_budget_s=hp["stage_time_budget_s"],
             seed=seed,
             device=self.device,
@@ -206,7 +210,7 @@ def make_plan(
             "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "
             "it needs --encoder minilm (or a local sentence-transformers model), not sru"
         )
-    trains_metric = any(m in METRIC_MODELS for m in chosen_models) and any(
+    trains_metric = any(k is not None and k.episodic for k in map(kind_of, chosen_models)) and any(
         v in ("fine-tuned", "scratch") for v in chosen_variants
     )
     if trains_metric and min(fine) < hp["n_support"] + 1:
@@ -248,13 +252,16 @@ def make_plan(
     hp["splits"], hp["n_fine"] = n_splits, list(fine)
     plan = RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, opts.encoder, int(opts.seed),
                    opts.device, scratch, chosen_splits, embeddings)
-    if "hyp" in chosen_models:  # HYP's own pretraining settings (the warm-up's) checked before any work
-        plan.train_config("pretrain", 0, model="hyp")
-        own = plan.model_hp("hyp")
+    for model in chosen_models:  # HYP's own pretraining settings (the warm-up's) checked before any work
+        kind = kind_of(model)
+        if kind is None or not kind.euclidean_warmup:
+            continue
+        plan.train_config("pretrain", 0, model=model)
+        own = plan.model_hp(model)
         if own["scratch_unclipped_warmup"] and not (own["scratch_like_pretraining"] and own["euclidean_warmup"]):
-            raise DyntcError("scratch_unclipped_warmup turns the soft clip off in the Euclidean warm-up of HYP's scratch "
-                             "cells, which have none here: it needs scratch_like_pretraining=yes and euclidean_warmup "
-                             "(episodes) for hyp too, or scratch_unclipped_warmup=no")
+            raise DyntcError(f"scratch_unclipped_warmup turns the soft clip off in the Euclidean warm-up of {model.upper()}'s "
+                             "scratch cells, which have none here: it needs scratch_like_pretraining=yes and euclidean_warmup "
+                             f"(episodes) for {model} too, or scratch_unclipped_warmup=no")
     return plan
 
 
@@ -287,7 +294,8 @@ def _own_view(fingerprint: dict, model: str, pretraining: bool = False, unread: 
     hp = {k: v for k, v in hp.items() if k not in unread}
     if isinstance(own, dict) and any(k in own for k in unread):
         own = {k: v for k, v in own.items() if k not in unread} or None
-    if model != "hyp":
+    kind = kind_of(model)
+    if kind is None or not kind.euclidean_warmup:
         hp = {k: v for k, v in hp.items() if k not in HYP_ONLY}
     if pretraining:
         def later(key: str) -> bool:
@@ -312,9 +320,11 @@ def scratch_view(fingerprint: dict, model: str) -> dict:
     if not isinstance(hp, dict) or not isinstance(own, (dict, type(None))):
         return view
     resolved = {**_NEW_FIELD_DEFAULTS, **{k: v for k, v in hp.items() if k != "per_model"}, **(own or {})}
-    like_pretraining = model in METRIC_MODELS and bool(resolved["scratch_like_pretraining"])
+    kind = kind_of(model)
+    like_pretraining = kind is not None and kind.episodic and bool(resolved["scratch_like_pretraining"])
     if like_pretraining:  # the pretraining stage's settings (the warm-up too, for HYP), not fine-tuning's
-        stage, unread = "finetune_", ("knn_k", *((*HYP_ONLY, "scratch_unclipped_warmup") if model != "hyp" else ()))
+        warmup = () if kind.euclidean_warmup else (*HYP_ONLY, "scratch_unclipped_warmup")
+        stage, unread = "finetune_", ("knn_k", *warmup)
     else:
         if resolved["finetune_lr"] is not None:
             resolved["lr"] = resolved["finetune_lr"]

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from dyntc.files import atomic_write, write_text
+from dyntc.models import MODELS, model_kind
+from dyntc.protocol.profiles import ALL_MODELS
 
 # ---- the paper's published numbers (Wohlwend et al. 2019), copied from the .tex ------------------
 
@@ -130,7 +132,7 @@ def _n_fine_values(agg: dict) -> list[int]:
 
 def _models(results: dict, agg: dict) -> list[str]:
     present = {m for (m, _, _) in agg}
-    order = [m for m in ("mlp", "euc", "hyp", "logreg") if m in present]
+    order = [m for m in ALL_MODELS if m in present]
     return order
 
 
@@ -220,8 +222,8 @@ def _table3(results, agg, dataset, fines, models, n_splits) -> list[str]:
     for m in models:
         if m == "logreg":
             continue
-        if m == "mlp":
-            rows_spec += [("mlp", "un-tuned"), ("mlp", "fine-tuned")]
+        if model_kind(m).has_output_layer:  # its un-tuned variant is another model (MLP-KNN), listed first
+            rows_spec += [(m, "un-tuned"), (m, "fine-tuned")]
         else:
             rows_spec += [(m, "fine-tuned"), (m, "un-tuned")]
     rows_spec = [rs for rs in rows_spec if any((*rs, n) in agg for n in fines)]
@@ -267,8 +269,8 @@ def _scratch_like_pretraining(config: dict) -> list[str]:
         return (own.get(m) or {}).get(key, config.get(key, False))
     return [f"{MODEL_LABELS.get(m, m)}: the pretraining recipe, scratch_like_pretraining"
             + (", its Euclidean warm-up without the soft clip, scratch_unclipped_warmup"
-               if m == "hyp" and setting(m, "scratch_unclipped_warmup") else "")
-            for m in ("euc", "hyp") if setting(m, "scratch_like_pretraining")]
+               if kind.euclidean_warmup and setting(m, "scratch_unclipped_warmup") else "")
+            for m, kind in MODELS.items() if kind.episodic and setting(m, "scratch_like_pretraining")]
 
 
 def _scratch_table(agg, fines, models, n_splits) -> list[str]:
@@ -305,6 +307,13 @@ def _gain_table(paired, dataset, fines, models, n_splits, like_pretraining=()) -
         ["Model", "n_fine", "scratch", "pretrained + fine-tuned", "gain", "relative error reduction"], rows)
 
 
+def _steps(model: str) -> str:
+    """What `model`'s training steps are called in results.json's pretraining records (which only the
+    paper's models have; another name's: episodes)."""
+    kind = MODELS.get(model)
+    return kind.steps if kind is not None else "episodes"
+
+
 def _timing(results, agg, fines, models) -> list[str]:
     pre = results.get("pretraining", {})
     lines = ["", "## Training time", ""]
@@ -315,7 +324,7 @@ def _timing(results, agg, fines, models) -> list[str]:
     if per_model:
         lines.append("Pretraining (mean over splits): " + "; ".join(
             f"{MODEL_LABELS.get(m, m)} {np.mean([i.get('seconds', 0) for i in infos]):.0f}s, "
-            f"{np.mean([i.get('steps', 0) for i in infos]):.0f} {'batches' if m == 'mlp' else 'episodes'}, "
+            f"{np.mean([i.get('steps', 0) for i in infos]):.0f} {_steps(m)}, "
             f"dev_old acc {np.mean([i.get('best_dev_acc') or 0 for i in infos]):.3f}"
             for m, infos in per_model.items()
         ) + ".")

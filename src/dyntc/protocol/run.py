@@ -24,7 +24,7 @@ from dyntc.data.dynamic import DynamicSplit, make_split
 from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError
 from dyntc.files import atomic_write
-from dyntc.models import build_model
+from dyntc.models import build_model, model_kind
 from dyntc.protocol.evaluation import (
     accuracies,
     check_frozen_items,
@@ -234,8 +234,11 @@ class ProtocolRun:
         if without_stopping_rule(saved) != without_stopping_rule(now):
             return None
         cfg = self.plan.train_config("pretrain", 0, model=model_name)
-        kind, chance = ("supervised", None) if model_name == "mlp" else ("prototypical", chance_loss(pretrain.labels, cfg.max_classes))
-        ended = ended_under(info, cfg, kind, chance)
+        if model_kind(model_name).episodic:
+            loop, chance = "prototypical", chance_loss(pretrain.labels, cfg.max_classes)
+        else:
+            loop, chance = "supervised", None
+        ended = ended_under(info, cfg, loop, chance)
         if ended is None:
             return None
         rule = {k: saved["hyperparameters"].get(k) for k in PRETRAIN_STOPPING}
@@ -315,7 +318,7 @@ class ProtocolRun:
     def _train_pretraining(self, model, model_name: str, d: SplitData, snapshot: Path | None = None):
         cfg = self._cfg("pretrain", derive_seed(self.plan.seed, d.seed, model_name, "pretrain"), model=model_name,
                         snapshot=snapshot)
-        train = train_supervised if model_name == "mlp" else train_prototypical
+        train = train_prototypical if model_kind(model_name).episodic else train_supervised
         return train(model, d.pretrain, d.dev_old, cfg)
 
     def pretrained(self, s: int, model_name: str):
@@ -338,7 +341,7 @@ class ProtocolRun:
                     "n_train": len(d.pretrain), "n_dev": len(d.dev_old)}
             save_weights(path, model, info)
             snapshot.unlink(missing_ok=True)
-            self.log(f"split {s} {model_name}: pretrained {result.steps} {'batches' if model_name == 'mlp' else 'episodes'} "
+            self.log(f"split {s} {model_name}: pretrained {result.steps} {model_kind(model_name).steps} "
                      f"in {result.seconds:.0f}s, best dev_old acc {result.best_dev_acc:.3f}")
         self.results["pretraining"].setdefault(str(s), {})[model_name] = {k: v for k, v in info.items() if k != "fingerprint"}
         return model.to(self.plan.device).eval()
@@ -368,7 +371,7 @@ class ProtocolRun:
         else:
             model = self.new_model(model_name, enc0, split_seed, n_classes)
         torch.manual_seed(seed)
-        if model_name == "mlp":
+        if model_kind(model_name).has_output_layer:  # a new output layer, trained by mini-batches
             if variant == "fine-tuned":
                 model.replace_head(n_classes)
             stage = "finetune" if variant == "fine-tuned" else "scratch"  # a fitted head needs a pretrained encoder

@@ -31,6 +31,7 @@ from dyntc.errors import DyntcError, is_int
 from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, Unit, make_plan, parse_names, tune_profile
 from dyntc.protocol.executors import Events, Executor, LocalExecutor, make_executor
 from dyntc.protocol.options import ReproduceOptions
+from dyntc.protocol.profiles import kind_of
 
 REPORT_EVERY_S = 600.0  # tables.md and the plots are also rewritten this often while workers log (not only per unit)
 
@@ -50,6 +51,7 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
         n_test = min(n_test, hp["test_per_class"] * n_new)
 
     like_pretraining = run.plan.scratch_like_pretraining(model)
+    kind = kind_of(model)  # None: the logreg baseline
 
     def cost(stage: str, n_train: int, n_classes: int) -> float:
         pre = stage == "pretrain" or (stage == "scratch" and like_pretraining)
@@ -57,7 +59,7 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
             return 1.0
         if stage == "un-tuned":
             return float(n_train)
-        if model == "mlp":
+        if not kind.episodic:
             epochs = hp["pretrain_epochs" if pre else "finetune_epochs"]
             floor = 0 if pre else hp["finetune_min_steps"] * min(n_train, hp["batch_size"])
             return float(max(epochs * n_train, floor))

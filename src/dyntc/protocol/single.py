@@ -18,7 +18,6 @@ from pathlib import Path
 import torch
 
 from dyntc import __version__
-from dyntc.errors import DyntcError
 from dyntc.files import write_json
 from dyntc.protocol.options import available_device
 
@@ -69,12 +68,11 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dic
     from dyntc.encoders import create_encoder
     from dyntc.inference import Encoded, prototypical_predict, supervised_accuracy
     from dyntc.machine import check_device, check_out_dir, machine_description
-    from dyntc.models import MODEL_NAMES, build_model
+    from dyntc.models import model_kind
     from dyntc.protocol.checkpoint import save_model
     from dyntc.training import TrainConfig, train_prototypical, train_supervised
 
-    if cfg.model not in MODEL_NAMES:
-        raise DyntcError(f"unknown model {cfg.model!r}: choose one of {', '.join(MODEL_NAMES)}")
+    kind = model_kind(cfg.model)
     check_device(cfg.device)
     check_out_dir(cfg.out)
     torch.manual_seed(cfg.seed)
@@ -89,7 +87,7 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dic
         enc_options["mode"] = "finetune" if cfg.finetune else "frozen"
     t0 = time.perf_counter()
     enc = create_encoder(cfg.encoder, data.train.texts, **enc_options)
-    net = build_model(cfg.model, enc, len(classes))
+    net = kind.build(enc, len(classes))
     train_cfg = TrainConfig(
         lr=cfg.lr, max_episodes=cfg.episodes, max_epochs=cfg.epochs, eval_every=cfg.eval_every, patience=cfg.patience,
         n_support=cfg.n_support, n_query=cfg.n_query, time_budget_s=cfg.time_budget, seed=cfg.seed, device=cfg.device,
@@ -99,7 +97,7 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dic
     featurize_s = time.perf_counter() - t0
     log(f"{data.name}: {len(train_set)} train / {len(dev_set)} dev / {len(test_set)} test, "
         f"{len(classes)} classes; model {cfg.model} on {cfg.encoder}, device {cfg.device}")
-    if cfg.model == "mlp":
+    if not kind.episodic:
         result = train_supervised(net, train_set, dev_set, train_cfg)
         dev_acc, test_acc = supervised_accuracy(net, dev_set), supervised_accuracy(net, test_set)
     else:
@@ -119,7 +117,7 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dic
         "dyntc_version": __version__, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     cfg.out.mkdir(parents=True, exist_ok=True)
-    if cfg.model == "mlp":  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
+    if not kind.prototypical:  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
         save_model(cfg.out / "model", net, meta={"classes": classes, "dataset": data.name})
     else:  # a classifier model that DynamicClassifier.load, dyntc predict and dyntc serve use as it is,
         # predicting by the nearest prototype of all training texts, as the accuracies above were measured
@@ -130,6 +128,6 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dic
     write_json(cfg.out / "metrics.json", metrics)
     log(
         f"dev acc {dev_acc:.4f}  test acc {test_acc:.4f}  (majority {metrics['majority_test_acc']:.4f}); "
-        f"{result.steps} {'batches' if cfg.model == 'mlp' else 'episodes'} in {result.seconds:.0f}s; saved to {cfg.out}"
+        f"{result.steps} {kind.steps} in {result.seconds:.0f}s; saved to {cfg.out}"
     )
     return metrics

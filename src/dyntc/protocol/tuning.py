@@ -30,7 +30,7 @@ from dyntc.data.types import Dataset
 from dyntc.errors import DyntcError, is_number
 from dyntc.files import write_json
 from dyntc.protocol.plan import RunPlan
-from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, parse_setting
+from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, kind_of, parse_setting
 from dyntc.protocol.run import ProtocolRun
 from dyntc.machine import check_out_dir
 
@@ -49,9 +49,10 @@ class TuningGrid:
     def for_model(self, model: str) -> dict[str, tuple]:
         out = dict(self.space.get("*", {}))
         out.update(self.space.get(model, {}))
-        if model == "mlp":  # the MLP has no prototype options
+        kind = kind_of(model)
+        if kind is not None and not kind.prototypical:  # the MLP has no prototype options
             out = {k: v for k, v in out.items() if k not in MODEL_OPTIONS}
-        if model != "hyp":
+        if kind is None or not kind.euclidean_warmup:
             out = {k: v for k, v in out.items() if k not in HYP_ONLY}
         for key, values in out.items():
             if key not in TUNABLE:
