@@ -122,7 +122,7 @@ def network_options(params: Mapping[str, Any]) -> dict:
     """Keyword options of the :class:`~dyntc.models.PrototypicalNetwork` (its logit scale)."""
     # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat (ECE 0.89
     # on CLINC150). Untrained, the scale is fixed near what calibration finds there (1/T ≈ 18); trained,
-    # it is learnt from 10 and settles near 15 (docs/results.md §9)
+    # it is learnt, starting from 10 (docs/results.md §9)
     training = training_mode(params)
     if training == "backbone":
         return {"logit_scale": 10.0, "learn_scale": True}
