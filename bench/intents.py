@@ -28,8 +28,8 @@ cached embeddings.
 ``--split test`` the official test splits (reported figures only). Embeddings are computed once with
 the product's encoder path and cached under ``runs/intents_cache/``.
 
-SetFit is not part of this bench: it is not installed here and fine-tunes the encoder for ~10
-minutes per fit on a CPU (docs/results.md §9.2 has one measurement).
+Approach ``setfit[:head=balanced]`` is the SetFit peer (optional extra ``.[setfit]``, not in the
+default list: it fine-tunes the encoder for ~10 minutes per training set on a 2-core CPU).
 
     DYNTC_DATA=../shared/datasets python -m bench.intents --split dev
 """
@@ -264,8 +264,9 @@ class Cache(Approach):
 
 
 class Product(Approach):
-    """``product[:head=none,metric=hyperbolic]``: the real ``DynamicClassifier()`` end to end, on the texts: ``fit`` (frozen
-    MiniLM; the cosine head trained synchronously), ``add_label`` per new intent, ``refresh(wait=True)``
+    """``product[:head=none,metric=hyperbolic,train=backbone,budget=SECONDS]``: the real ``DynamicClassifier()``
+    end to end, on the texts: ``fit`` (frozen MiniLM, or with ``train=backbone`` its top layers fine-tuned
+    episodically for at most ``budget`` seconds; the cosine head trained synchronously), ``add_label`` per new intent, ``refresh(wait=True)``
     (what the background refresh does a second after the last label operation), ``decision_function``.
     ``refresh_delay`` is set to one hour so that the ``now`` state is measured before the background
     refresh would run (the only change from the defaults; scores do not depend on it)."""
@@ -274,11 +275,18 @@ class Product(Approach):
 
     def __init__(self, n_classes, opts):
         super().__init__(n_classes)
+        unknown = set(opts) - {"head", "metric", "train", "budget"}
+        if unknown:
+            raise SystemExit(f"unknown product options {sorted(unknown)}; known: head, metric, train, budget")
         head = opts.get("head", "cosine")
         if head not in ("cosine", "none"):
             raise SystemExit(f"product option head must be cosine or none, got {head!r}")
         self.head = None if head == "none" else head
         self.metric = opts.get("metric", "euclidean")
+        # train=backbone,budget=600: DynamicClassifier(train="backbone", time_budget_s=600), the rest default
+        self.train = {"train": opts["train"]} if "train" in opts else {}
+        if "budget" in opts:
+            self.train["time_budget_s"] = float(opts["budget"])
         self.clf = None
         self.embed_ms: list[float] = []
 
@@ -290,7 +298,7 @@ class Product(Approach):
         from dyntc import DynamicClassifier
 
         options = None if self.head is None else {"refresh_delay": 3600.0}
-        self.clf = DynamicClassifier(metric=self.metric, head=self.head, head_options=options).fit(
+        self.clf = DynamicClassifier(metric=self.metric, head=self.head, head_options=options, **self.train).fit(
             texts, [self.name(c) for c in y])
         self.support = {int(c): np.zeros(int((y == c).sum())) for c in np.unique(y)}  # counts only
         self._status()
@@ -325,6 +333,87 @@ class Product(Approach):
         return s.argmax(1), s.max(1)
 
 
+class SetFitPeer(Approach):
+    """``setfit[:head=balanced,steps=N]``: SetFit 1.2.0 (Tunstall et al. 2022) on the same all-MiniLM-L6-v2,
+    retrained on every stored example at each refresh (static): its ``Trainer`` fine-tunes the body
+    contrastively for ``steps`` batches of 32 pairs (default 400), then fits its default head, a plain
+    scikit-learn ``LogisticRegression()`` on the body's embeddings. ``head=balanced`` is the same trained
+    body with ``LogisticRegression(class_weight="balanced")`` fitted the way SetFit fits its head (on
+    ``model_body.encode`` of the training texts): the body is trained once per training set and shared.
+    Scores: the head's ``predict_proba``. Needs ``pip install -e '.[setfit]'``."""
+
+    texts = True
+    dynamic = False
+    bodies: dict = {}  # digest of (texts, labels, steps, seed) -> (SetFitModel, body training seconds)
+
+    def __init__(self, n_classes, opts):
+        super().__init__(n_classes)
+        unknown = set(opts) - {"head", "steps", "seed"}
+        if unknown:
+            raise SystemExit(f"unknown setfit options {sorted(unknown)}; known: head, steps, seed")
+        self.balanced = {"default": False, "balanced": True}.get(opts.get("head", "default"))
+        if self.balanced is None:
+            raise SystemExit(f"setfit option head must be default or balanced, got {opts.get('head')!r}")
+        self.steps, self.seed = int(opts.get("steps", 400)), int(opts.get("seed", 0))
+        self.train_texts: list[str] = []
+        self.train_y: list[int] = []
+
+    def fit_texts(self, texts, y):
+        self.train_texts, self.train_y = list(texts), [int(c) for c in y]
+        self.support = {int(c): np.zeros(int((y == c).sum())) for c in np.unique(y)}  # counts only
+
+    def add_texts(self, c, texts, probe):
+        self.train_texts += list(texts)
+        self.train_y += [int(c)] * len(texts)
+        self.support[int(c)] = np.zeros(len(texts))
+
+    def _trained_body(self):
+        import hashlib
+
+        os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars from the trainer in the bench's output
+        try:
+            from datasets import Dataset
+            from setfit import SetFitModel, Trainer, TrainingArguments
+        except ImportError as exc:
+            raise SystemExit(f"the setfit approach needs SetFit ({exc}): pip install -e '.[setfit]'") from exc
+        import tempfile
+
+        from dyntc.encoders.pretrained import resolve_backbone
+
+        key = hashlib.sha256(json.dumps([self.train_texts, self.train_y, self.steps, self.seed]).encode()).hexdigest()
+        if key not in self.bodies:
+            model = SetFitModel.from_pretrained(str(resolve_backbone("minilm")))
+            with tempfile.TemporaryDirectory() as tmp:
+                args = TrainingArguments(output_dir=tmp, batch_size=32, num_epochs=1, max_steps=self.steps, seed=self.seed,
+                                         report_to="none", save_strategy="no", show_progress_bar=False)
+                t0 = time.perf_counter()
+                train = Dataset.from_dict({"text": self.train_texts, "label": self.train_y})
+                Trainer(model=model, args=args, train_dataset=train).train()  # body, then its default head
+                self.bodies.clear()  # one trained body kept (a MiniLM each)
+                self.bodies[key] = (model, time.perf_counter() - t0)
+        return self.bodies[key]
+
+    def refresh(self):
+        from sklearn.linear_model import LogisticRegression
+
+        self.model, seconds = self._trained_body()
+        self.head = self.model.model_head
+        if self.balanced:
+            t0 = time.perf_counter()
+            x = self.model.model_body.encode(self.train_texts, normalize_embeddings=self.model.normalize_embeddings)
+            self.head = LogisticRegression(class_weight="balanced").fit(x, self.train_y)
+            seconds += time.perf_counter() - t0
+        self.refresh_seconds = seconds
+
+    def scores_texts(self, texts):
+        x = self.model.model_body.encode(list(texts), normalize_embeddings=self.model.normalize_embeddings)
+        return self._full([int(c) for c in self.head.classes_], self.head.predict_proba(x))
+
+    def predict_top(self, q):
+        s = self.scores_texts(q)
+        return s.argmax(1), s.max(1)
+
+
 def parse_spec(spec: str) -> tuple[str, dict]:
     name, _, rest = spec.partition(":")
     opts = dict(kv.split("=", 1) for kv in rest.split(",") if kv) if rest else {}
@@ -343,6 +432,8 @@ def make(spec: str, n_classes: int) -> Approach:
         return Cache(n_classes, opts)
     if name == "product":
         return Product(n_classes, opts)
+    if name == "setfit":
+        return SetFitPeer(n_classes, opts)
     if name == "head":
         unknown = set(opts) - set(HEAD_KEYS) - {"oos"}
         if unknown:
@@ -631,7 +722,8 @@ def main() -> None:
     ap.add_argument("--scenarios", default="generalized,full,fewshot-5,fewshot-10")
     ap.add_argument("--approaches", default=";".join(APPROACHES_DEFAULT),
                     help="';'-separated: centroid, cosine, dc-default, lr, lr-balanced, head[:key=value,...], "
-                         "product[:head=none] (the real DynamicClassifier on the texts)")
+                         "product[:head=none] (the real DynamicClassifier on the texts), "
+                         "setfit[:head=balanced,steps=400] (needs the setfit extra)")
     ap.add_argument("--seeds", default="0,1,2", help="partition seeds (generalized) and draws (few-shot)")
     ap.add_argument("--new-shots", type=int, default=5)
     ap.add_argument("--new-fraction", type=float, default=1 / 3)
@@ -651,7 +743,6 @@ def main() -> None:
     specs = [s for s in args.approaches.split(";") if s]
     seeds = [int(s) for s in args.seeds.split(",")]
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; split {args.split}")
-    print("SetFit: not measured (not installed here; ~10 min of encoder fine-tuning per fit on this CPU)")
     results = {}
     for ds in args.datasets.split(","):
         data = load_data(ds)
