@@ -43,7 +43,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from bench._machine import load_average
+    from bench._machine import load_average, omp_wait_policy
     from dyntc import DynamicClassifier
     from dyntc.classifier.params import BACKBONE_LAYERS, encoder_options, network_options, train_config
     from dyntc.data.datasets import load
@@ -56,7 +56,7 @@ def main() -> None:
     from dyntc.training import make_optimizer, train_prototypical
 
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; "
-          f"torch {torch.__version__}, {args.threads} threads; load {load_average()}")
+          f"torch {torch.__version__}, {args.threads} threads; load {load_average()}; OMP_WAIT_POLICY {omp_wait_policy()}")
     params = DynamicClassifier(train="backbone").get_params()
     data = load(args.dataset)
     texts, labels = data.train.texts, data.train.labels
