@@ -286,7 +286,10 @@ class Product(Approach):
         # train=backbone,budget=600: DynamicClassifier(train="backbone", time_budget_s=600), the rest default
         self.train = {"train": opts["train"]} if "train" in opts else {}
         if "budget" in opts:
-            self.train["time_budget_s"] = float(opts["budget"])
+            try:
+                self.train["time_budget_s"] = float(opts["budget"])
+            except ValueError:
+                raise SystemExit(f"product option budget must be a number of seconds, got {opts['budget']!r}") from None
         self.clf = None
         self.embed_ms: list[float] = []
 
@@ -345,6 +348,7 @@ class SetFitPeer(Approach):
     texts = True
     dynamic = False
     bodies: dict = {}  # digest of (texts, labels, steps, seed) -> (SetFitModel, body training seconds)
+    encoded: dict = {}  # (id of the trained model, texts) -> its body's embeddings, shared by both heads
 
     def __init__(self, n_classes, opts):
         super().__init__(n_classes)
@@ -389,7 +393,8 @@ class SetFitPeer(Approach):
                 t0 = time.perf_counter()
                 train = Dataset.from_dict({"text": self.train_texts, "label": self.train_y})
                 Trainer(model=model, args=args, train_dataset=train).train()  # body, then its default head
-                self.bodies.clear()  # one trained body kept (a MiniLM each)
+                self.bodies.clear()  # one trained body kept (a MiniLM each), and its embeddings
+                self.encoded.clear()
                 self.bodies[key] = (model, time.perf_counter() - t0)
         return self.bodies[key]
 
@@ -406,8 +411,10 @@ class SetFitPeer(Approach):
         self.refresh_seconds = seconds
 
     def scores_texts(self, texts):
-        x = self.model.model_body.encode(list(texts), normalize_embeddings=self.model.normalize_embeddings)
-        return self._full([int(c) for c in self.head.classes_], self.head.predict_proba(x))
+        key = (id(self.model), tuple(texts))  # the OOS part scores the same split several times
+        if key not in self.encoded:
+            self.encoded[key] = self.model.model_body.encode(list(texts), normalize_embeddings=self.model.normalize_embeddings)
+        return self._full([int(c) for c in self.head.classes_], self.head.predict_proba(self.encoded[key]))
 
     def predict_top(self, q):
         s = self.scores_texts(q)

@@ -97,6 +97,28 @@ def test_failed_edit_is_discarded(saved):
     assert len(DynamicClassifier.versions(saved)) == 1
 
 
+def test_edit_from_a_loaded_base(saved):
+    """edit(base=clf) edits a copy of a classifier already loaded (the service's write path): the base
+    is unchanged, the version is named by its operation, and a head moved meanwhile gets the change replayed."""
+    base = DynamicClassifier.load(saved)
+    with DynamicClassifier.edit(saved, base=base, op="http") as clf:
+        clf.add_label("refund", ["i want my money back"])
+    assert "refund" not in base.classes_ and clf.version_ == 2
+    assert DynamicClassifier.versions(saved)[0]["op"] == "add_label"
+    DynamicClassifier.restore(saved, 1)  # the head moves past `base`'s version
+    with DynamicClassifier.edit(saved, base=base, op="http") as clf:
+        clf.add_label("cancel", ["cancel my order"])
+    assert clf.version_ == 4 and "cancel" in clf.classes_ and "refund" not in clf.classes_
+    assert DynamicClassifier.load(saved).classes_ == sorted(LABELS + ["cancel"])
+    for bad in (123, None, ""):
+        with pytest.raises(DyntcError, match="a model location is a directory path or a postgresql:// URL"):
+            DynamicClassifier.load(bad)
+    for kwargs, match in (({"base": "model"}, "base must be a DynamicClassifier"), ({"op": ""}, "op must be a non-empty")):
+        with pytest.raises(DyntcError, match=match):
+            with DynamicClassifier.edit(saved, **kwargs):
+                pass
+
+
 def test_versions_and_restore(saved, fitted):
     texts = ["wake me at six", "how much is in my account", "will it snow"]
     with DynamicClassifier.edit(saved) as clf:

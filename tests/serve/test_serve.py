@@ -7,18 +7,13 @@ import threading
 import time
 
 import pytest
-from _toy import LABELS, toy_classifier
+from _toy import LABELS
 from _server import SERVER_GONE, Server, eventually
 
 from dyntc import DynamicClassifier
 
 pytest.importorskip("fastapi")
 
-
-
-@pytest.fixture(scope="module")
-def fitted():
-    return toy_classifier()
 
 
 @pytest.fixture(scope="module")

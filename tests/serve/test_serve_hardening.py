@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from _toy import toy_classifier
+
 from _server import TOKEN, Server, eventually
 
 from dyntc import DynamicClassifier, DyntcError
@@ -20,11 +20,6 @@ pytest.importorskip("fastapi")
 
 LIMITS = ["--max-body-bytes", "20000", "--max-text-chars", "300", "--max-examples", "50", "--max-label-chars", "40",
           "--request-timeout-s", "1.5"]
-
-
-@pytest.fixture(scope="module")
-def fitted():
-    return toy_classifier()
 
 
 @pytest.fixture(scope="module")

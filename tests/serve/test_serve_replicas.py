@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from _toy import toy_classifier
+
 from _postgres import postgres  # noqa: F401  (the fixture)
 from _server import SERVER_GONE, Server
 
@@ -20,11 +20,6 @@ from dyntc import DynamicClassifier
 
 pytest.importorskip("fastapi")
 
-
-
-@pytest.fixture(scope="module")
-def fitted():
-    return toy_classifier()
 
 
 @pytest.fixture

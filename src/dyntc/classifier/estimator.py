@@ -714,12 +714,16 @@ class DynamicClassifier:
                 clf.add_label("refund", ["I want my money back", ...])
 
         The block runs without the store's write lock (readers and other writers never wait for
-        its embedding); the lock is taken only to commit, as one version (its history says `op`),
-        when the block ends without error (nothing is committed otherwise). If another writer
-        committed meanwhile, the block's label operations, ``calibrate``, ``set_params`` and
+        its embedding); the lock is taken only to commit, as one version (named by its label
+        operations, or `op` if it recorded none), when the block ends without error (nothing is
+        committed otherwise). If another writer committed meanwhile, the block's label operations, ``calibrate``, ``set_params`` and
         ``fine_tune`` calls are applied again to the newest version, so no change is lost. Changes
         made by assigning attributes directly are not replayed. `base`: a classifier already loaded
         from this store, edited as a copy instead of loading (a service that holds one)."""
+        if base is not None and not isinstance(base, DynamicClassifier):
+            raise DyntcError(f"base must be a DynamicClassifier loaded from {path!r} (or None), got {type(base).__name__}")
+        if not (isinstance(op, str) and op.strip()):
+            raise DyntcError(f"op must be a non-empty string naming the change in the store's history, got {op!r}")
         store = saving.open_store(path)
         clf = cls.load(store) if base is None else base.copy()  # without the write lock
         log = replay.start(clf)

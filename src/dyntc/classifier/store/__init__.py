@@ -235,6 +235,8 @@ class ModelStore:
     """The versioned store at one location. Open with :meth:`open` or :meth:`create`."""
 
     def __init__(self, location: str | Path):
+        if not isinstance(location, (str, Path)) or not str(location):
+            raise DyntcError(f"a model location is a directory path or a postgresql:// URL, got {location!r}")
         self.dialect = dialect_for(location)
         self.location = location_of(location)
         self.path = self.dialect.path  # a directory, or the URL without its password
