@@ -51,7 +51,7 @@ def embed_cached(texts: list[str], cache_dir: Path = CACHE_DIR, tag: str = "mini
             return arr
     import torch
 
-    from dyntc.encoders import create_encoder
+    from dyntc.core.encoders import create_encoder
 
     os.environ.setdefault("DYNTC_CACHE", "off")
     encoder = create_encoder("minilm", texts[:10])
@@ -66,7 +66,7 @@ def embed_cached(texts: list[str], cache_dir: Path = CACHE_DIR, tag: str = "mini
 
 
 def load_data(name: str, cache_dir: Path = CACHE_DIR) -> Data:
-    from dyntc.data.datasets import clinc150_out_of_scope, load
+    from dyntc.protocol.data.datasets import clinc150_out_of_scope, load
 
     ds = load(name)
     classes = sorted(set(ds.train.labels))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dyntc.machine import cpu_model
+from dyntc.core.machine import cpu_model
 
 __all__ = ["cpu_model", "load_average", "omp_wait_policy"]
 

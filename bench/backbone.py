@@ -12,7 +12,7 @@ Then:
   transformer layer, averaged over ``--episodes`` episodes. The frozen part (embeddings and lower
   layers) runs without autograd; the trained top layers record the graph their backward walks. Two
   settings alternate on the same episodes: the backbone run in length-sorted groups of
-  ``LENGTH_GROUP`` texts (``dyntc.encoders.pretrained``, the default) and on the whole batch padded
+  ``LENGTH_GROUP`` texts (``dyntc.core.encoders.pretrained``, the default) and on the whole batch padded
   to its longest text (as before the groups).
 * **inference**: the same texts embedded in eval mode without gradient (what a frozen backbone pays
   per text), for scale.
@@ -46,14 +46,14 @@ def main() -> None:
     from bench._machine import load_average, omp_wait_policy
     from dyntc import DynamicClassifier
     from dyntc.classifier.params import BACKBONE_LAYERS, encoder_options, network_options, train_config
-    from dyntc.data.datasets import load
-    from dyntc.data.episodes import EpisodeSampler
-    from dyntc.encoders import create_encoder, pretrained
-    from dyntc.encoders.pretrained import _transformer_layers
-    from dyntc.inference import Encoded
-    from dyntc.machine import machine_description
-    from dyntc.models import PrototypicalNetwork
-    from dyntc.training import make_optimizer, train_prototypical
+    from dyntc.protocol.data.datasets import load
+    from dyntc.core.episodes import EpisodeSampler
+    from dyntc.core.encoders import create_encoder, pretrained
+    from dyntc.core.encoders.pretrained import _transformer_layers
+    from dyntc.core.inference import Encoded
+    from dyntc.core.machine import machine_description
+    from dyntc.core.models import PrototypicalNetwork
+    from dyntc.core.training import make_optimizer, train_prototypical
 
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; "
           f"torch {torch.__version__}, {args.threads} threads; load {load_average()}; OMP_WAIT_POLICY {omp_wait_policy()}")

@@ -32,8 +32,8 @@ import torch  # noqa: E402
 
 from bench._machine import cpu_model, load_average  # noqa: E402
 from dyntc import DynamicClassifier  # noqa: E402
-from dyntc.data.datasets import load  # noqa: E402
-from dyntc.encoders.pretrained import load_sentence_transformer, resolve_backbone  # noqa: E402
+from dyntc.protocol.data.datasets import load  # noqa: E402
+from dyntc.core.encoders.pretrained import load_sentence_transformer, resolve_backbone  # noqa: E402
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import time
 import torch
 
 from bench._machine import load_average, omp_wait_policy
-from dyntc.geometry import lorentz
+from dyntc.core.geometry import lorentz
 
 CLASSES, POINTS, DIM = 150, 20, 128
 SCALES = (0.1, 1.0, 3.0, 10.0)

@@ -382,7 +382,7 @@ class SetFitPeer(Approach):
             raise SystemExit(f"the setfit approach needs SetFit ({exc}): pip install -e '.[setfit]'") from exc
         import tempfile
 
-        from dyntc.encoders.pretrained import resolve_backbone
+        from dyntc.core.encoders.pretrained import resolve_backbone
 
         key = hashlib.sha256(json.dumps([self.train_texts, self.train_y, self.steps, self.seed]).encode()).hexdigest()
         if key not in self.bodies:
@@ -744,7 +744,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from bench._intents_data import load_data
-    from dyntc.machine import machine_description
+    from dyntc.core.machine import machine_description
 
     t_start = time.perf_counter()
     specs = [s for s in args.approaches.split(";") if s]

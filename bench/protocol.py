@@ -37,15 +37,15 @@ import numpy as np
 import torch
 
 from bench._machine import cpu_model, load_average
-from dyntc.data.datasets import load
-from dyntc.data.dynamic import make_split
-from dyntc.data.episodes import EpisodeSampler
-from dyntc.encoders import create_encoder
+from dyntc.protocol.data.datasets import load
+from dyntc.protocol.data.dynamic import make_split
+from dyntc.core.episodes import EpisodeSampler
+from dyntc.core.encoders import create_encoder
 from dyntc.errors import DyntcError
-from dyntc.models import build_model
+from dyntc.core.models import build_model
 from dyntc.protocol import make_plan
-from dyntc.training import TrainConfig, train_prototypical, train_supervised
-from dyntc.inference import Encoded, embed_points, prototypical_accuracy
+from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
+from dyntc.core.inference import Encoded, embed_points, prototypical_accuracy
 
 SHORT = {"pretrain_episodes": "150", "pretrain_eval_every": "50", "pretrain_epochs": "2", "finetune_episodes": "60",
          "finetune_eval_every": "20", "finetune_epochs": "3"}  # --jobs comparison: the paper profile, short budgets

@@ -204,7 +204,7 @@ def main() -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from dyntc import DynamicClassifier
-    from dyntc.data.datasets import load
+    from dyntc.protocol.data.datasets import load
 
     server = None
     if args.url is None:

@@ -129,8 +129,8 @@ def main() -> None:
         ap.error("--phases: a comma-separated subset of levels,mixed,maximal")
 
     from dyntc import DynamicClassifier
-    from dyntc.data.datasets import load
-    from dyntc.serve import Limits
+    from dyntc.protocol.data.datasets import load
+    from dyntc.classifier.service.app import Limits
 
     data = load("clinc150")
     intents = sorted(set(data.train.labels))[:INTENTS]

@@ -7,7 +7,7 @@ input), dropout 0.5 between layers. For every shape (batch x length) it prints t
 of a training step (forward in training mode with dropout + backward of ``output.sum()``) and
 of an inference call (eval mode, ``torch.no_grad``) for:
 
-* ``dyntc fast``  -- dyntc.encoders.sru.SRU, numba kernels (Triton kernels with ``--device cuda``);
+* ``dyntc fast``  -- dyntc.core.encoders.sru.SRU, numba kernels (Triton kernels with ``--device cuda``);
 * ``dyntc ref``   -- the same module on its pure-PyTorch reference path;
 * ``sru 2.6.0``   -- sru.SRU with the same weights (its CPU training path is a Python loop; its
   inference path is its compiled C++ loop; on CUDA its own CUDA kernel, forward and backward);
@@ -42,7 +42,7 @@ from torch import nn
 
 from bench._machine import cpu_model, load_average, omp_wait_policy
 from dyntc.errors import DyntcError
-from dyntc.machine import check_device
+from dyntc.core.machine import check_device
 
 INPUT, HIDDEN, LAYERS, DROPOUT = 50, 128, 4, 0.5
 
@@ -121,7 +121,7 @@ def compile_timing() -> str:
     and in a second process that loads that cache."""
     code = (
         "import time, torch; t0 = time.perf_counter();"
-        "from dyntc.encoders.sru import SRU; m = SRU(50, 128, 4, dropout=0.5); x = torch.randn(8, 4, 50);"
+        "from dyntc.core.encoders.sru import SRU; m = SRU(50, 128, 4, dropout=0.5); x = torch.randn(8, 4, 50);"
         "t = time.perf_counter(); m(x)[0].sum().backward(); t1 = time.perf_counter() - t;"
         "m.eval(); t = time.perf_counter();\nwith torch.no_grad(): m(x)\nt2 = time.perf_counter() - t;"
         "print(f'{t1:.1f} s (forward+backward), {t2:.1f} s (inference)')"
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # pragma: no cover - depends on the machine
         sru, sru_error = None, f"{type(exc).__name__}: {exc}"
 
-    from dyntc.encoders import sru as dsru
+    from dyntc.core.encoders import sru as dsru
 
     import numba
 
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
 def kernel_times(batch: int, length: int, reps: int) -> str:
     """The numba recurrence kernels of one layer (K = 3, hidden 128) without the GEMMs, on this
     process's torch thread count and on one thread: where the rest of a training step goes."""
-    from dyntc.encoders import _sru_kernels as kernels
+    from dyntc.core.encoders import _sru_kernels as kernels
 
     hidden = HIDDEN
     U = torch.randn(length, batch, 1, 3, hidden)
@@ -276,7 +276,7 @@ def omp_wait_policy_ab(batch: int, length: int, pairs: int) -> str:
     """Training-step time in fresh processes with OMP_WAIT_POLICY=PASSIVE (dyntc's default) and
     ACTIVE, alternating (the policy is read when torch loads, so it cannot change in-process)."""
     code = (
-        "import statistics, time, torch; from dyntc.encoders.sru import SRU; torch.manual_seed(0);"
+        "import statistics, time, torch; from dyntc.core.encoders.sru import SRU; torch.manual_seed(0);"
         f"m = SRU({INPUT}, {HIDDEN}, {LAYERS}, dropout={DROPOUT}); x = torch.randn({length}, {batch}, {INPUT});\n"
         "def step():\n    m.zero_grad(set_to_none=True); m(x)[0].sum().backward()\n"
         "[step() for _ in range(5)]; ts = []\n"

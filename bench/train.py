@@ -20,8 +20,8 @@ What is timed:
   the Adam step. The MLP runs ``train_supervised`` for one epoch over a random subset of exactly
   ``--episodes`` batches of 64 (context: a batch is 64 texts, an episode N_C * N_S + N_Q texts).
   HYP is timed again on the pure-PyTorch paths -- the SRU's reference recurrence
-  (``dyntc.encoders.sru.USE_FAST = False``) and the batched PyTorch Fréchet-mean solver
-  (``dyntc.geometry.lorentz.USE_COMPILED = False``), i.e. what runs without the numba kernels --
+  (``dyntc.core.encoders.sru.USE_FAST = False``) and the batched PyTorch Fréchet-mean solver
+  (``dyntc.core.geometry.lorentz.USE_COMPILED = False``), i.e. what runs without the numba kernels --
   for ``--ref-episodes`` episodes after one warm-up episode; the ratio fast / reference is printed. Loading the data, building the encoder (GloVe lookup) and featurizing (tokenizing) the
   texts are timed separately and not counted in the training figures.
 * **prediction** (HYP and EUC, fast path, after their timed training) -- prototypes from at most
@@ -46,15 +46,15 @@ import numpy as np
 import torch
 
 from bench._machine import cpu_model, load_average, omp_wait_policy
-from dyntc.data.datasets import load, resolve_name
-from dyntc.encoders import create_encoder
-from dyntc.encoders import sru as sru_module
-from dyntc.geometry import lorentz
-from dyntc.models import PrototypicalNetwork, build_model
+from dyntc.protocol.data.datasets import load, resolve_name
+from dyntc.core.encoders import create_encoder
+from dyntc.core.encoders import sru as sru_module
+from dyntc.core.geometry import lorentz
+from dyntc.core.models import PrototypicalNetwork, build_model
 from dyntc.errors import DyntcError
 from dyntc.protocol import get_profile, parse_names
-from dyntc.training import TrainConfig, train_prototypical, train_supervised
-from dyntc.inference import Encoded, embed_points
+from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
+from dyntc.core.inference import Encoded, embed_points
 
 
 def train_config(hp: dict, steps: int, seed: int) -> TrainConfig:

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from dyntc import DynamicClassifier
-from dyntc.data.datasets import load
-from dyntc.machine import cpu_model
+from dyntc.protocol.data.datasets import load
+from dyntc.core.machine import cpu_model
 
 
 def accuracy(pred, gold, mapping=None):

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from dyntc import DynamicClassifier
-from dyntc.data.datasets import clinc150_out_of_scope, load
-from dyntc.machine import machine_description
+from dyntc.protocol.data.datasets import clinc150_out_of_scope, load
+from dyntc.core.machine import machine_description
 
 APPROACHES = ("default", "no-debias", "default-int8", "backbone", "head", "minilm-hyp", "sru-hyp", "centroid", "logreg", "setfit")
 DEFAULT_APPROACHES = ("default", "no-debias", "default-int8", "backbone", "head", "minilm-hyp", "centroid", "logreg")
@@ -64,7 +64,7 @@ def scores(pred, gold, new):
 
 
 def frozen_embeddings(texts):
-    from dyntc.encoders import create_encoder
+    from dyntc.core.encoders import create_encoder
 
     encoder = create_encoder("minilm", texts)
     return torch.stack(encoder.featurize(texts)).numpy()
@@ -99,7 +99,7 @@ def run_setfit(fit_texts, fit_labels, test_texts, steps, seed, class_weight):
     except ImportError as exc:
         raise SystemExit(f"the setfit approach needs SetFit ({exc}): pip install -e '.[setfit]'") from exc
 
-    from dyntc.encoders.pretrained import resolve_backbone
+    from dyntc.core.encoders.pretrained import resolve_backbone
 
     # balanced class weights, as for ``logreg``: SetFit's default head (plain LogisticRegression) never
     # predicts the 5-example labels next to 100-example ones (2% new-intent accuracy on CLINC150)

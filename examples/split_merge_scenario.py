@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from dyntc import DynamicClassifier
-from dyntc.data.datasets import load
-from dyntc.encoders import create_encoder
-from dyntc.machine import machine_description
+from dyntc.protocol.data.datasets import load
+from dyntc.core.encoders import create_encoder
+from dyntc.core.machine import machine_description
 
 
 def accuracy(pred, gold, changed):

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from dyntc import DynamicClassifier
-from dyntc.data.datasets import load
-from dyntc.machine import machine_description
+from dyntc.protocol.data.datasets import load
+from dyntc.core.machine import machine_description
 
 
 def main() -> None:

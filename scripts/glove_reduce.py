@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from dyntc.errors import DyntcError
-from dyntc.files import atomic_write
-from dyntc.text import read_glove_file
+from dyntc.core.files import atomic_write
+from dyntc.core.text import read_glove_file
 
 
 def principal_components(vectors: np.ndarray, dim: int) -> tuple[np.ndarray, float]:

@@ -19,7 +19,7 @@ mkdir -p .gpu/data
 for dataset in "$@"; do
   # the dataset's folder in the data directory (an unknown name: one line naming the known ones)
   source_dir=$(.venv/bin/python -c "import sys
-from dyntc.data.datasets import DATASETS, data_root, resolve_name
+from dyntc.protocol.data.datasets import DATASETS, data_root, resolve_name
 from dyntc.errors import DyntcError
 try:
     print(data_root() / DATASETS[resolve_name(sys.argv[1])].folder)

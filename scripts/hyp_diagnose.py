@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dyntc.data.datasets import load
-from dyntc.data.dynamic import make_split
-from dyntc.data.episodes import EpisodeSampler
+from dyntc.protocol.data.datasets import load
+from dyntc.protocol.data.dynamic import make_split
+from dyntc.core.episodes import EpisodeSampler
 from dyntc.protocol.diagnostics import geometry_stats, pretraining_monitor
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
-from dyntc.training import train_prototypical
-from dyntc.machine import machine_description
+from dyntc.core.training import train_prototypical
+from dyntc.core.machine import machine_description
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Ways of fine-tuning the pretrained MLP on the n_fine examples (issue 11, the SENT MLP gap): the
 protocol's rule (a fresh linear layer, the whole network trained at the profile's settings) against
 other learning rates and a fresh layer trained on the frozen encoder, by Adam with early stopping or
-fitted to convergence as a logistic regression on the encoder's features (dyntc.training.fit_head,
+fitted to convergence as a logistic regression on the encoder's features (dyntc.core.training.fit_head,
 its L2 strength chosen on dev_new; rule "frozen encoder logreg"), and that fitted layer as the start
 of the protocol's fine-tuning (LP-FT; rule "logreg head then protocol", the profile field
 finetune_fit_head). Commit a0f83d5 has the script's first version of the last two rules, with its own
@@ -30,14 +30,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dyntc.data.datasets import load
-from dyntc.encoders.base import embed
+from dyntc.protocol.data.datasets import load
+from dyntc.core.encoders.base import embed
 from dyntc.errors import DyntcError
 from dyntc.protocol import make_plan
 from dyntc.protocol.plan import derive_seed
 from dyntc.protocol.run import read_only_run
-from dyntc.training import fit_head, train_supervised
-from dyntc.inference import supervised_accuracy
+from dyntc.core.training import fit_head, train_supervised
+from dyntc.core.inference import supervised_accuracy
 
 # name -> (changes to the fine-tuning TrainConfig, encoder frozen)
 RULES = {
@@ -53,7 +53,7 @@ RULES = {
     "frozen encoder lr 1e-1": ({"lr": 1e-1}, True),
     "logreg head then protocol": ({"fit_head": True}, False),  # LP-FT: the profile's finetune_fit_head
 }
-LOGREG = "frozen encoder logreg"  # dyntc.training.fit_head alone: the new layer fitted, nothing tuned
+LOGREG = "frozen encoder logreg"  # dyntc.core.training.fit_head alone: the new layer fitted, nothing tuned
 
 
 def fine_tune(pretrained, fine, dev, cfg, changes: dict, frozen: bool):

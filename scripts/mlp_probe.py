@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dyntc.data.datasets import load
-from dyntc.encoders.base import embed
+from dyntc.protocol.data.datasets import load
+from dyntc.core.encoders.base import embed
 from dyntc.errors import DyntcError
-from dyntc.geometry import euclidean
-from dyntc.models import KNNProbe
+from dyntc.core.geometry import euclidean
+from dyntc.core.models import KNNProbe
 from dyntc.protocol import make_plan
 from dyntc.protocol.run import read_only_run
-from dyntc.inference import embed_points
+from dyntc.core.inference import embed_points
 
 
 def nearest_mean(support: torch.Tensor, labels: torch.Tensor, queries: torch.Tensor) -> np.ndarray:

@@ -10,7 +10,7 @@ n_fine training messages per newsgroup (the same messages for every text form), 
 (word unigrams + bigrams, sublinear tf) and a nearest-centroid rule (cosine, the prototype rule) and a
 logistic regression, and scores the bydate test set over all 20 newsgroups. Text forms:
 
-- ``subject+body``: dyntc's text (:func:`dyntc.data.datasets.news_message_text`);
+- ``subject+body``: dyntc's text (:func:`dyntc.protocol.data.datasets.news_message_text`);
 - ``all headers``: the message as stored (bydate already dropped Path, Newsgroups, Xref, Date, ...);
 - ``... first 200 tokens``: each form cut to the paper profile's ``max_len`` with dyntc's tokenizer.
 
@@ -26,10 +26,10 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
-from dyntc.data.datasets import data_root, news_message_text, read_news_messages
+from dyntc.protocol.data.datasets import data_root, news_message_text, read_news_messages
 from dyntc.errors import DyntcError
 from dyntc.protocol.plan import parse_int_list
-from dyntc.text import tokenize
+from dyntc.core.text import tokenize
 
 
 def first_tokens(text: str, n: int) -> str:

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from dyntc.data.datasets import load
-from dyntc.data.dynamic import make_split
+from dyntc.protocol.data.datasets import load
+from dyntc.protocol.data.dynamic import make_split
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, get_profile, make_plan, parse_overrides
 from dyntc.protocol.profiles import TUNABLE, parse_setting
-from dyntc.stopping import chance_loss, stop_step
+from dyntc.core.stopping import chance_loss, stop_step
 
 
 def main(argv: list[str] | None = None) -> None:

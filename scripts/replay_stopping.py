@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from dyntc.protocol import make_plan
-from dyntc.stopping import stop_step
+from dyntc.core.stopping import stop_step
 
 
 def replayed_stop(history: list[dict], cfg, chance: float | None) -> int:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 
-from dyntc.data.datasets import load
+from dyntc.protocol.data.datasets import load
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
-from dyntc.training import train_prototypical
-from dyntc.machine import machine_description
+from dyntc.core.training import train_prototypical
+from dyntc.core.machine import machine_description
 
 
 def norms(model, fine, n: int = 400) -> list[float]:

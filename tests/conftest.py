@@ -41,7 +41,7 @@ def clinc_raw(data_dir) -> dict:
 
 @pytest.fixture(scope="session")
 def sent(data_dir):
-    from dyntc.data.datasets import load
+    from dyntc.protocol.data.datasets import load
 
     if not (data_dir / "twitter-airline-sentiment" / "Tweets.csv").is_file():
         pytest.skip(f"Tweets.csv not found under {data_dir}")
@@ -53,7 +53,7 @@ def small_sent(sent):
     """Real SENT tweets, fewer of them (the protocol is the same; the test stays fast)."""
     import numpy as np
 
-    from dyntc.data.types import Dataset
+    from dyntc.protocol.data.types import Dataset
 
     def cap(split, per_class, seed):
         rng = np.random.default_rng(seed)

@@ -63,7 +63,7 @@ def _acc(clf, groups, label, expect=None):
 
 def test_fit_and_fine_tune_featurize_each_text_once(clinc, monkeypatch):
     """The episodes and the prototypes share one featurization (costly for pretrained backbones)."""
-    from dyntc.encoders.glove_sru import GloveSRUEncoder
+    from dyntc.core.encoders.glove_sru import GloveSRUEncoder
 
     seen: list[int] = []
     original = GloveSRUEncoder.featurize
@@ -204,7 +204,7 @@ def test_train_backbone_trains_only_the_top_layers(clinc):
     layers = encoder.backbone[0].auto_model.encoder.layer
     trained = [any(p.requires_grad for p in block.parameters()) for block in layers]
     assert trained == [False] * (len(layers) - 2) + [True, True]
-    from dyntc.encoders.pretrained import load_sentence_transformer, resolve_backbone
+    from dyntc.core.encoders.pretrained import load_sentence_transformer, resolve_backbone
 
     before = dict(load_sentence_transformer(resolve_backbone("minilm")).named_parameters())
     after = dict(encoder.backbone.named_parameters())
@@ -218,7 +218,7 @@ def test_backbone_with_hard_negative_episodes(clinc):
     """hard_fraction reaches the episode sampler: with more labels than max_classes the training
     episodes' predictions are recorded as confusability (and the sampler draws partners from it)."""
     pytest.importorskip("sentence_transformers")
-    from dyntc.data import episodes
+    from dyntc.core import episodes
 
     seen = []
     original = episodes.EpisodeSampler.record

@@ -108,7 +108,7 @@ def test_fit_with_the_default_head_predicts_the_same_known_answers():
 
 
 def test_fit_featurizes_each_text_once(monkeypatch):
-    from dyntc.encoders.hashing import HashingEncoder
+    from dyntc.core.encoders.hashing import HashingEncoder
 
     seen: list[int] = []
     original = HashingEncoder.featurize

@@ -7,7 +7,7 @@ import torch
 from dyntc.errors import DyntcError
 from dyntc.protocol import accuracies
 from dyntc.protocol.evaluation import logreg_predict
-from dyntc.inference import Encoded
+from dyntc.core.inference import Encoded
 
 
 def test_accuracies_over_all_new_and_old():

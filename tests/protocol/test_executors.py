@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from dyntc.data.types import Dataset, Split
+from dyntc.protocol.data.types import Dataset, Split
 from dyntc.errors import DyntcError
 from dyntc.protocol import executors
 from _protocol import run_tiny, without_timings

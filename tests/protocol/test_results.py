@@ -63,7 +63,7 @@ def test_a_new_configuration_is_taken_where_it_contradicts_no_finished_work(tiny
 WRITER = """
 import sys
 from pathlib import Path
-from dyntc.files import update_json
+from dyntc.core.files import update_json
 from dyntc.protocol import merge_results
 
 path, who = Path(sys.argv[1]), sys.argv[2]

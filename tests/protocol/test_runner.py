@@ -15,7 +15,7 @@ import dyntc.protocol as protocol
 import dyntc.protocol.run as protocol_run
 from dyntc.errors import DyntcError
 from dyntc.protocol.runner import reproduce
-from dyntc.machine import machine_description
+from dyntc.core.machine import machine_description
 from _protocol import Counter, run_tiny, without_timings
 
 
@@ -398,7 +398,7 @@ def test_resume_with_a_glove_subset_file_and_refusal_of_other_vectors(tiny_run, 
     a file with other vectors is refused before it can mix two encoders' cells in one table."""
     import shutil
 
-    from dyntc.text import write_glove_subset
+    from dyntc.core.text import write_glove_subset
 
     out, results = tiny_run
     recorded = results["vocabulary"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import dyntc.protocol as protocol
-from dyntc.data.types import Dataset, Split
+from dyntc.protocol.data.types import Dataset, Split
 from dyntc.errors import DyntcError
 from dyntc.protocol import Profile, make_plan, tune_profile
 from dyntc.protocol.runner import reproduce

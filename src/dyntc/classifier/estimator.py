@@ -198,7 +198,7 @@ class DynamicClassifier:
         """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
         ``extend_vocab``, ``debias``, ``head``, ``head_options`` and ``progress`` apply at once: a new
         head or new head options retrain the head at the next prediction and drop the calibration)."""
-        from dyntc.machine import check_device
+        from dyntc.core.machine import check_device
 
         valid = self._param_names()
         for name, value in params.items():
@@ -241,7 +241,7 @@ class DynamicClassifier:
 
     @property
     def model_(self):
-        """The trained :class:`~dyntc.models.PrototypicalNetwork`."""
+        """The trained :class:`~dyntc.core.models.PrototypicalNetwork`."""
         self._check_fitted()
         return self.space_.model
 
@@ -295,8 +295,8 @@ class DynamicClassifier:
         the training labels). Labels with fewer than ``n_support + 1`` examples take no part in the
         episodes but still get a prototype; at least two labels must have enough examples.
         """
-        from dyntc.encoders import create_encoder
-        from dyntc.models import PrototypicalNetwork
+        from dyntc.core.encoders import create_encoder
+        from dyntc.core.models import PrototypicalNetwork
 
         params = self.get_params()
         validate_params(params)
@@ -319,13 +319,13 @@ class DynamicClassifier:
 
     @classmethod
     def from_network(cls, network, texts: Sequence[str], labels: Sequence[str], **params) -> "DynamicClassifier":
-        """A fitted classifier around an already trained :class:`~dyntc.models.PrototypicalNetwork`
+        """A fitted classifier around an already trained :class:`~dyntc.core.models.PrototypicalNetwork`
         (``dyntc train`` writes its models this way): one prototype per label from (`texts`,
         `labels`), nothing trained but the head (if any). `params` are the constructor's; ``encoder``,
         ``metric`` and the encoder's shape default to the network's (a different ``metric`` is an
         error). ``head=None, debias=False`` predicts exactly by the network's nearest prototype."""
-        from dyntc.encoders import encoder_name
-        from dyntc.models import PrototypicalNetwork
+        from dyntc.core.encoders import encoder_name
+        from dyntc.core.models import PrototypicalNetwork
 
         if not isinstance(network, PrototypicalNetwork):
             raise DyntcError(f"network must be a PrototypicalNetwork, got {type(network).__name__}: an MLP has an "

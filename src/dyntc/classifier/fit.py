@@ -1,5 +1,5 @@
 """Training the network of a :class:`~dyntc.classifier.DynamicClassifier` (the trainer: it takes a
-network or a label set and a :class:`~dyntc.training.TrainConfig` and returns what it trained; it
+network or a label set and a :class:`~dyntc.core.training.TrainConfig` and returns what it trained; it
 never sees the classifier).
 
 Episodic training as in the paper: episodes of up to ``max_classes`` labels with ``n_support``
@@ -15,10 +15,10 @@ from typing import Any
 
 from dyntc.classifier.labels import LabelSet
 from dyntc.errors import DyntcError, is_int, is_number
-from dyntc.models import PrototypicalNetwork
-from dyntc.training import TrainConfig, TrainResult, train_prototypical
-from dyntc.inference import Encoded
-from dyntc.text import check_texts
+from dyntc.core.models import PrototypicalNetwork
+from dyntc.core.training import TrainConfig, TrainResult, train_prototypical
+from dyntc.core.inference import Encoded
+from dyntc.core.text import check_texts
 
 
 def check_pairs(texts: Any, labels: Any, tname: str = "texts", lname: str = "labels",

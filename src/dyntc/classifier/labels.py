@@ -71,7 +71,7 @@ def check_name(name: Any, arg: str = "name") -> str:
         raise DyntcError(f"{arg} must be a non-empty label name, got {name!r}")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise DyntcError(f"{arg} must not contain control characters (NUL, newline, tab, ...), got {name[:40]!r}")
-    from dyntc.text import is_unicode
+    from dyntc.core.text import is_unicode
 
     if not is_unicode(name):
         raise DyntcError(f"{arg} is not valid Unicode (it holds a lone surrogate code point): send UTF-8 text")
@@ -79,7 +79,7 @@ def check_name(name: Any, arg: str = "name") -> str:
 
 
 def check_examples(examples: Any, arg: str = "examples", *, allow_empty: bool = False) -> list[str]:
-    from dyntc.text import check_texts
+    from dyntc.core.text import check_texts
 
     if isinstance(examples, str):
         raise DyntcError(f"{arg} must be a list of texts, not a single string: wrap it as [{examples[:30]!r}]")

@@ -1,6 +1,6 @@
 """The model half of a :class:`~dyntc.classifier.DynamicClassifier`: encoder + metric as a space for texts.
 
-:class:`MetricSpace` wraps a trained :class:`~dyntc.models.PrototypicalNetwork` with what the label
+:class:`MetricSpace` wraps a trained :class:`~dyntc.core.models.PrototypicalNetwork` with what the label
 set and the classifier need: points of texts (batched, no gradient, float32 on the CPU), prototypes
 of groups of points (one batched mean or Fréchet mean), and squared distances. It also owns the
 weights' serialisation, so that a label operation that leaves the weights alone stores none.
@@ -16,10 +16,10 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from dyntc.encoders import build_encoder
-from dyntc.encoders.base import eval_mode, module_device
+from dyntc.core.encoders import build_encoder
+from dyntc.core.encoders.base import eval_mode, module_device
 from dyntc.errors import DyntcError
-from dyntc.models import PrototypicalNetwork
+from dyntc.core.models import PrototypicalNetwork
 
 
 class MetricSpace:
@@ -58,7 +58,7 @@ class MetricSpace:
 
     def embed(self, texts: Sequence[str], items: list | None = None) -> torch.Tensor:
         """Points of `texts` (or of their already featurized `items`): ``(n, dim)`` float32, CPU."""
-        from dyntc.inference import embed_points
+        from dyntc.core.inference import embed_points
 
         if not texts:
             return torch.zeros(0, self.dim)

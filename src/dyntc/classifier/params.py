@@ -12,7 +12,7 @@ from typing import Any
 from dyntc.errors import DyntcError, is_int, is_number
 
 from dyntc.classifier.live_head import HEADS, head_config
-from dyntc.geometry import METRICS
+from dyntc.core.geometry import METRICS
 
 BACKBONE_LAYERS = 2  # train="backbone": the top transformer layers trained (docs/results.md §9)
 
@@ -69,7 +69,7 @@ def check_param(name: str, value: Any) -> None:
 
 
 def _train_modes(params: Mapping[str, Any]) -> tuple[str, ...]:
-    from dyntc.encoders import encoder_kind
+    from dyntc.core.encoders import encoder_kind
 
     return encoder_kind(params["encoder"]).train_modes
 
@@ -77,8 +77,8 @@ def _train_modes(params: Mapping[str, Any]) -> tuple[str, ...]:
 def validate_params(params: Mapping[str, Any]) -> None:
     """Check every parameter against PARAMETER_CONSTRAINTS, the train mode against the encoder, the
     device, the head's options and the encoder's options (builds nothing)."""
-    from dyntc.encoders import check_encoder_options
-    from dyntc.machine import check_device
+    from dyntc.core.encoders import check_encoder_options
+    from dyntc.core.machine import check_device
 
     for name in PARAMETER_CONSTRAINTS:
         check_param(name, params[name])
@@ -119,7 +119,7 @@ def encoder_options(params: Mapping[str, Any]) -> dict:
 
 
 def network_options(params: Mapping[str, Any]) -> dict:
-    """Keyword options of the :class:`~dyntc.models.PrototypicalNetwork` (its logit scale)."""
+    """Keyword options of the :class:`~dyntc.core.models.PrototypicalNetwork` (its logit scale)."""
     # No head: unit-length backbone embeddings have d² <= 4, so softmax(-d²) is nearly flat (ECE 0.89
     # on CLINC150). Untrained, the scale is fixed near what calibration finds there (1/T ≈ 18); trained,
     # it is learnt, starting from 10 (docs/results.md §9)
@@ -130,9 +130,9 @@ def network_options(params: Mapping[str, Any]) -> dict:
 
 
 def train_config(params: Mapping[str, Any], episodes: int, lr: float):
-    """The :class:`~dyntc.training.TrainConfig` of the episodic training these parameters ask for."""
-    from dyntc.machine import check_device
-    from dyntc.training import TrainConfig
+    """The :class:`~dyntc.core.training.TrainConfig` of the episodic training these parameters ask for."""
+    from dyntc.core.machine import check_device
+    from dyntc.core.training import TrainConfig
 
     p = params
     return TrainConfig(

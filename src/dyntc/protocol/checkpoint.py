@@ -19,11 +19,11 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from dyntc import __version__
-from dyntc.encoders import build_encoder
+from dyntc._version import __version__
+from dyntc.core.encoders import build_encoder
 from dyntc.errors import DyntcError
-from dyntc.files import atomic_directory, write_json
-from dyntc.models import MLPClassifier, PrototypicalNetwork
+from dyntc.core.files import atomic_directory, write_json
+from dyntc.core.models import MLPClassifier, PrototypicalNetwork
 
 FORMAT_VERSION = 1
 _EXTRA = "extra."

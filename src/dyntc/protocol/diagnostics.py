@@ -12,7 +12,7 @@ prototypes as the model does, and summarises what decides its predictions:
   ``confusion`` matrix (rows: true class, columns: predicted);
 - with ``new_classes`` given, the same split into new and old classes (``*_new`` / ``*_old``).
 
-:func:`pretraining_monitor` turns it into a callback for :func:`dyntc.training.train_prototypical`, so
+:func:`pretraining_monitor` turns it into a callback for :func:`dyntc.core.training.train_prototypical`, so
 that every dev evaluation of a training run records these figures in the run's history.
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from dyntc.encoders.base import eval_mode
-from dyntc.geometry import Metric
-from dyntc.models import PrototypicalNetwork
-from dyntc.inference import Encoded, embed_points
+from dyntc.core.encoders.base import eval_mode
+from dyntc.core.geometry import Metric
+from dyntc.core.models import PrototypicalNetwork
+from dyntc.core.inference import Encoded, embed_points
 
 
 def _summary(values: torch.Tensor) -> dict[str, float]:
@@ -135,7 +135,7 @@ def _pair_sq_dist(a: torch.Tensor, b: torch.Tensor, space: Metric) -> torch.Tens
 def pretraining_monitor(
     support: Encoded, query: Encoded, *, per_class: int | None = 50, seed: int = 0
 ) -> Callable[[PrototypicalNetwork], dict]:
-    """A ``monitor`` for :func:`dyntc.training.train_prototypical`: :func:`geometry_stats` of the model on
+    """A ``monitor`` for :func:`dyntc.core.training.train_prototypical`: :func:`geometry_stats` of the model on
     `query` with prototypes from at most `per_class` examples per class of `support`, without the
     per-class lists (kept short for the history)."""
     sup = support.per_class(per_class, seed=seed)

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 
 from dyntc.errors import DyntcError
-from dyntc.models import KNNProbe, PrototypicalNetwork, model_kind
-from dyntc.encoders.base import embed
-from dyntc.training import TrainResult
-from dyntc.inference import Encoded, embed_points
+from dyntc.core.models import KNNProbe, PrototypicalNetwork, model_kind
+from dyntc.core.encoders.base import embed
+from dyntc.core.training import TrainResult
+from dyntc.core.inference import Encoded, embed_points
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from dyntc import __version__
+from dyntc._version import __version__
 from dyntc.errors import DyntcError
 from dyntc.protocol.plan import RunPlan, cell_key
 from dyntc.protocol.run import ProtocolRun, Unit

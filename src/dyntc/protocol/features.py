@@ -12,10 +12,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from dyntc.data.types import Dataset
+from dyntc.protocol.data.types import Dataset
 from dyntc.errors import DyntcError
 from dyntc.protocol.plan import RunPlan, derive_seed
-from dyntc.inference import Encoded
+from dyntc.core.inference import Encoded
 
 
 @dataclass
@@ -51,7 +51,7 @@ class RunEncoders:
 
     def fresh(self, split_seed: int, dropout: float | None = None):
         """The untrained encoder of the split with seed `split_seed` (the profile's dropout unless given)."""
-        from dyntc.encoders import create_encoder
+        from dyntc.core.encoders import create_encoder
 
         hp = self.hp
         if self.plan.encoder == "sru":

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dyntc.data.dynamic import check_fraction
+from dyntc.protocol.data.dynamic import check_fraction
 from dyntc.errors import DyntcError
 from dyntc.protocol.options import PlanOptions
 from dyntc.protocol.profiles import (
@@ -24,8 +24,8 @@ from dyntc.protocol.profiles import (
     kind_of,
     override,
 )
-from dyntc.training import TrainConfig
-from dyntc.machine import check_device
+from dyntc.core.training import TrainConfig
+from dyntc.core.machine import check_device
 
 
 def parse_int_list(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -106,7 +106,7 @@ class RunPlan:
         return {**self.hp, **((self.hp.get("per_model") or {}).get(model) or {})}
 
     def model_options(self, model: str) -> dict[str, Any]:
-        """Keyword options of :func:`dyntc.models.build_model` for `model` (none for the MLP)."""
+        """Keyword options of :func:`dyntc.core.models.build_model` for `model` (none for the MLP)."""
         kind = kind_of(model)
         if kind is None or not kind.prototypical:
             return {}
@@ -178,7 +178,7 @@ def make_plan(
     too: only those splits' cells run now. Without `device_here` the units run on other machines (a
     Ray cluster, which checks its GPUs itself): a CUDA `device` need not exist here, and is each
     unit's one GPU (``cuda``)."""
-    from dyntc.data.datasets import resolve_name
+    from dyntc.protocol.data.datasets import resolve_name
 
     try:  # aliases ("20news", ...) get the dataset's own hyperparameters
         dataset = resolve_name(dataset)
@@ -340,7 +340,7 @@ PRETRAIN_STOPPING = ("pretrain_min_episodes", "pretrain_patience")
 def without_stopping_rule(view: dict) -> dict:
     """A :func:`model_view` without the pretraining stage's stopping rule: weights pretrained under
     another rule are the run's where its own rule, replayed on their dev history, ends the stage alike
-    (:func:`dyntc.stopping.ended_under`)."""
+    (:func:`dyntc.core.stopping.ended_under`)."""
     hp = view.get("hyperparameters")
     if not isinstance(hp, dict):
         return view

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dyntc.errors import DyntcError
-from dyntc.models import MODELS, ModelKind
+from dyntc.core.models import MODELS, ModelKind
 
-# the protocol's models: the paper's three (dyntc.models.MODELS; EUC/HYP have a metric) and the logreg baseline
+# the protocol's models: the paper's three (dyntc.core.models.MODELS; EUC/HYP have a metric) and the logreg baseline
 METRIC_MODELS = tuple(name for name, kind in MODELS.items() if kind.prototypical)
 ALL_MODELS = ("mlp", "euc", "hyp", "logreg")
 DEFAULT_MODELS = ("mlp", "euc", "hyp")
@@ -24,7 +24,7 @@ MODEL_VARIANTS = {"mlp": VARIANTS, "euc": VARIANTS, "hyp": VARIANTS, "logreg": (
 
 
 def kind_of(model: str | None) -> ModelKind | None:
-    """The :class:`~dyntc.models.ModelKind` of a protocol model; None for the logreg baseline (a
+    """The :class:`~dyntc.core.models.ModelKind` of a protocol model; None for the logreg baseline (a
     scikit-learn probe on frozen embeddings, no network of its own) and for no model at all."""
     return MODELS.get(model)
 
@@ -83,7 +83,7 @@ class Profile:
     pretrain_patience: int = 10
     pretrain_eval_support_per_class: int | None = None  # dev prototypes from at most this many examples per class
     # EUC/HYP pretraining's slow-start guard (docs/results.md §7-8; 0 = off): no early stop before this
-    # many episodes, nor while the training loss is still at chance (dyntc.stopping: held evaluations)
+    # many episodes, nor while the training loss is still at chance (dyntc.core.stopping: held evaluations)
     pretrain_min_episodes: int = 0
     # fine-tuning (and training from scratch) on the n_fine examples
     finetune_episodes: int = 10_000
@@ -122,7 +122,7 @@ class Profile:
     test_per_class: int | None = None  # None = the full test set (always, except in `tiny`)
     knn_k: int = 5  # MLP-KNN
     stage_time_budget_s: float | None = None  # optional cap on any single training stage
-    # EUC/HYP options (dyntc.models.PrototypicalNetwork): logits -logit_scale * d² (learnt from that
+    # EUC/HYP options (dyntc.core.models.PrototypicalNetwork): logits -logit_scale * d² (learnt from that
     # start when learn_scale), encoder output's norm soft-clipped below max_norm before the lift
     logit_scale: float = 1.0
     learn_scale: bool = False

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dyntc.files import atomic_write, write_text
-from dyntc.models import MODELS, model_kind
+from dyntc.core.files import atomic_write, write_text
+from dyntc.core.models import MODELS, model_kind
 from dyntc.protocol.profiles import ALL_MODELS
 
 # ---- the paper's published numbers (Wohlwend et al. 2019), copied from the .tex ------------------

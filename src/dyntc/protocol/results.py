@@ -14,14 +14,14 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from dyntc import __version__
-from dyntc.files import update_json
+from dyntc._version import __version__
+from dyntc.core.files import update_json
 from dyntc.errors import DyntcError
-from dyntc.files import atomic_write, write_json
-from dyntc.models import load_trainable_state, trainable_state
+from dyntc.core.files import atomic_write, write_json
+from dyntc.core.models import load_trainable_state, trainable_state
 from dyntc.protocol.plan import RunPlan, cell_key, model_view, scratch_view
 from dyntc.protocol.profiles import MODEL_VARIANTS, VARIANTS
-from dyntc.machine import check_out_dir, machine_description
+from dyntc.core.machine import check_out_dir, machine_description
 
 RESULTS_FORMAT = 1
 _ROW_ORDER = ("model", "variant", "n_fine", "split", "acc_all", "acc_new", "acc_old", "train_seconds")

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dyntc.data.dynamic import DynamicSplit, make_split
-from dyntc.data.types import Dataset
+from dyntc.protocol.data.dynamic import DynamicSplit, make_split
+from dyntc.protocol.data.types import Dataset
 from dyntc.errors import DyntcError
-from dyntc.files import atomic_write
-from dyntc.models import build_model, model_kind
+from dyntc.core.files import atomic_write
+from dyntc.core.models import build_model, model_kind
 from dyntc.protocol.evaluation import (
     accuracies,
     check_frozen_items,
@@ -36,11 +36,11 @@ from dyntc.protocol.evaluation import (
 from dyntc.protocol.features import RunEncoders
 from dyntc.protocol.plan import PRETRAIN_STOPPING, RunPlan, cell_key, derive_seed, model_view, without_stopping_rule
 from dyntc.protocol.results import ResultsFile, load_weights, now, ordered_row, save_weights
-from dyntc.stopping import chance_loss, ended_under
-from dyntc.encoders.base import embed
-from dyntc.training import TrainConfig, train_prototypical, train_supervised
-from dyntc.inference import Encoded, embed_points
-from dyntc.machine import machine_description
+from dyntc.core.stopping import chance_loss, ended_under
+from dyntc.core.encoders.base import embed
+from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
+from dyntc.core.inference import Encoded, embed_points
+from dyntc.core.machine import machine_description
 
 @dataclass
 class Unit:

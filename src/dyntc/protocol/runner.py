@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
-from dyntc.data.types import Dataset
+from dyntc.protocol.data.types import Dataset
 from dyntc.errors import DyntcError, is_int
 from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, Unit, make_plan, parse_names, tune_profile
 from dyntc.protocol.executors import Events, Executor, LocalExecutor, make_executor
@@ -229,7 +229,7 @@ def reproduce(
 
     The options are `options` (default: :class:`ReproduceOptions`'s defaults) with `changes` to its
     fields (``reproduce("sent", "quick", "runs/sent", models="euc,hyp", jobs=2)``).
-    `dataset` is a name for :func:`dyntc.data.datasets.load` or a :class:`Dataset`. `jobs` work units
+    `dataset` is a name for :func:`dyntc.protocol.data.datasets.load` or a :class:`Dataset`. `jobs` work units
     run at once, each in its own process (1: in this process). ``executor="ray"`` runs the units as
     tasks on the Ray cluster at `address` instead (default: ``RAY_ADDRESS``, else a local instance for
     the run): see :class:`dyntc.protocol.executors.RayExecutor`. `threads` sets ``torch.set_num_threads``
@@ -267,7 +267,7 @@ def reproduce(
         raise DyntcError(f"--redo {','.join(redone)}: {', '.join(sorted(set(redone) - set(plan.models)))} not among "
                          f"--models {','.join(plan.models)}; add it there to run it again now")
     if not isinstance(dataset, Dataset):
-        from dyntc.data.datasets import load
+        from dyntc.protocol.data.datasets import load
 
         dataset = load(name, opts.data_dir, seed=opts.seed)
     tuning = None

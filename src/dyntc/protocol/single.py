@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from dyntc import __version__
-from dyntc.files import write_json
+from dyntc._version import __version__
+from dyntc.core.files import write_json
 from dyntc.protocol.options import available_device
 
 
@@ -62,15 +62,17 @@ class SingleModelConfig:
     progress: bool = field(default=True, metadata={"help": "Show progress bars"})
 
 
-def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dict:
-    """Train, evaluate and save one model as `cfg` says; returns the metrics written to ``metrics.json``."""
-    from dyntc.data.datasets import load
-    from dyntc.encoders import create_encoder
-    from dyntc.inference import Encoded, prototypical_predict, supervised_accuracy
-    from dyntc.machine import check_device, check_out_dir, machine_description
-    from dyntc.models import model_kind
+def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
+              save_prototypical: Callable[[torch.nn.Module, list[str], list[str], Path], None] | None = None) -> dict:
+    """Train, evaluate and save one model as `cfg` says; returns the metrics written to ``metrics.json``.
+    A prototypical network is handed to `save_prototypical(network, train_texts, train_labels, path)`."""
+    from dyntc.protocol.data.datasets import load
+    from dyntc.core.encoders import create_encoder
+    from dyntc.core.inference import Encoded, prototypical_predict, supervised_accuracy
+    from dyntc.core.machine import check_device, check_out_dir, machine_description
+    from dyntc.core.models import model_kind
     from dyntc.protocol.checkpoint import save_model
-    from dyntc.training import TrainConfig, train_prototypical, train_supervised
+    from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
 
     kind = model_kind(cfg.model)
     check_device(cfg.device)
@@ -119,12 +121,9 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print) -> dic
     cfg.out.mkdir(parents=True, exist_ok=True)
     if not kind.prototypical:  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
         save_model(cfg.out / "model", net, meta={"classes": classes, "dataset": data.name})
-    else:  # a classifier model that DynamicClassifier.load, dyntc predict and dyntc serve use as it is,
-        # predicting by the nearest prototype of all training texts, as the accuracies above were measured
-        from dyntc.classifier import DynamicClassifier
-
-        DynamicClassifier.from_network(net.cpu(), data.train.texts, data.train.labels, head=None, debias=False,
-                                       seed=cfg.seed).save(cfg.out / "model")
+    elif save_prototypical is not None:  # the caller writes it as a classifier model (the research wing
+        # does not know the product's classifier; `dyntc train` passes one)
+        save_prototypical(net.cpu(), data.train.texts, data.train.labels, cfg.out / "model")
     write_json(cfg.out / "metrics.json", metrics)
     log(
         f"dev acc {dev_acc:.4f}  test acc {test_acc:.4f}  (majority {metrics['majority_test_acc']:.4f}); "

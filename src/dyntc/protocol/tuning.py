@@ -26,13 +26,13 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from dyntc.data.types import Dataset
+from dyntc.protocol.data.types import Dataset
 from dyntc.errors import DyntcError, is_number
-from dyntc.files import write_json
+from dyntc.core.files import write_json
 from dyntc.protocol.plan import RunPlan
 from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, kind_of, parse_setting
 from dyntc.protocol.run import ProtocolRun
-from dyntc.machine import check_out_dir
+from dyntc.core.machine import check_out_dir
 
 
 @dataclass

@@ -83,7 +83,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from dyntc import __version__
+from dyntc._version import __version__
 from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError,
                                            StoreUnavailableError, store_file)
 from dyntc.errors import DyntcError, is_int

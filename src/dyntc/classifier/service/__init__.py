@@ -1,0 +1,1 @@
+"""`dyntc serve`: the HTTP service over a classifier's model store."""

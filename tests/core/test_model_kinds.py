@@ -1,0 +1,65 @@
+"""The registry of the paper's models (dyntc.core.models.MODELS): what each kind answers, and that the
+research protocol asks kinds instead of comparing model names."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import dyntc
+from dyntc.errors import DyntcError
+from dyntc.core.geometry import get_metric
+from dyntc.core.models import MODELS, MLPClassifier, PrototypicalNetwork, build_model, model_kind
+
+
+class VectorEncoder(torch.nn.Module):
+    output_dim = 4
+
+    def forward(self, x):
+        return x
+
+
+def test_each_kind_answers_what_it_is():
+    assert list(MODELS) == ["euc", "hyp", "mlp"]
+    #            prototypical, episodic, has_output_layer, euclidean_warmup, steps
+    expected = {"euc": (True, True, False, False, "episodes"),
+                "hyp": (True, True, False, True, "episodes"),
+                "mlp": (False, False, True, False, "batches")}
+    for name, answers in expected.items():
+        kind = model_kind(name)
+        assert kind is MODELS[name] and kind.name == name
+        assert (kind.prototypical, kind.episodic, kind.has_output_layer, kind.euclidean_warmup, kind.steps) == answers
+    assert MODELS["euc"].metric is get_metric("euclidean") and MODELS["hyp"].metric is get_metric("hyperbolic")
+    assert MODELS["mlp"].metric is None
+    # the Euclidean warm-up follows from the metric's curvature, not from the model's name
+    assert MODELS["euc"].metric.curvature == 0 and MODELS["hyp"].metric.curvature < 0
+
+
+def test_a_kind_builds_its_network():
+    assert isinstance(model_kind("mlp").build(VectorEncoder(), 3), MLPClassifier)
+    hyp = build_model("hyp", VectorEncoder(), 3, logit_scale=2.0)
+    assert isinstance(hyp, PrototypicalNetwork) and hyp.metric == MODELS["hyp"].metric.name and hyp.logit_scale == 2.0
+    with pytest.raises(DyntcError, match="the mlp model takes no options"):
+        build_model("mlp", VectorEncoder(), 3, logit_scale=2.0)
+
+
+@pytest.mark.parametrize("name", ["svm", "MLP", "", None, ["mlp"]])
+def test_an_unknown_name_is_a_clear_error(name):
+    with pytest.raises(DyntcError, match=r"unknown model .*: choose one of euc, hyp, mlp"):
+        model_kind(name)
+    with pytest.raises(DyntcError, match="unknown model"):
+        build_model(name, VectorEncoder(), 3)
+
+
+def test_no_code_compares_model_or_metric_names():
+    """Decisions go through a kind (or a metric object); names stay keys of data."""
+    root = Path(dyntc.__file__).parent
+    models, metrics = r"""["'](?:mlp|euc|hyp)["']""", r"""["'](?:euclidean|hyperbolic)["']"""
+    found = []
+    for path in root.rglob("*.py"):
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for name in (models, metrics):
+                if re.search(rf"[=!]=\s*{name}|{name}\s*[=!]=|{name}\s+(?:not\s+)?in\b|\bin\s*\(\s*{name}\s*,", line):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+    assert not found, "name comparisons: " + "; ".join(found)
