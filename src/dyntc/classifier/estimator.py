@@ -37,7 +37,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch
@@ -54,6 +54,10 @@ from dyntc.classifier.params import (
 from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore, is_store
 from dyntc.errors import DyntcError, NotFittedError, is_int
+
+if TYPE_CHECKING:
+    from dyntc.classifier.discovery import Discovery
+    from dyntc.classifier.suggestions import Suggestion
 
 
 class DynamicClassifier:
@@ -447,6 +451,38 @@ class DynamicClassifier:
         """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
         self.labels_.rename_label(old, new)
         return self._labels_changed()
+
+    # ------------------------------------------------------------------ discovery (classifier/discovery.py, suggestions.py)
+
+    def discover(self, texts: Sequence[str], n_new: int | None = None, **options) -> "Discovery":
+        """Group `texts` (distinct, unlabelled) into the existing labels and `n_new` proposed new
+        clusters (None: estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode``
+        (``"default"`` or ``"fast"``), ``seed``. Changes nothing: :meth:`accept` adds clusters."""
+        from dyntc.classifier import discovery
+
+        self._check_fitted()
+        texts = discovery.check_texts(texts, 2)
+        return discovery.discover(self._labels, texts, self.space_.embed(texts), n_new,
+                                  **{"seed": self.seed, **options})
+
+    @recorded
+    def accept(self, discovery: "Discovery", clusters=None, *, add_examples: bool = False) -> list[str]:
+        """Add the chosen clusters of `discovery` (None = all; names or 0-based positions) as labels, in
+        one label-set change (one version when saved or committed). A discovery made before the label
+        set changed is refused. With `add_examples` the texts it assigned to existing labels join them."""
+        from dyntc.classifier import discovery as found
+
+        self._check_fitted()
+        found.accept(self._labels, discovery, clusters, add_examples=add_examples)
+        return self._labels_changed()
+
+    def suggest(self, **options) -> list["Suggestion"]:
+        """Merge and split suggestions for the current label set, strongest first, each with its
+        evidence (:mod:`~dyntc.classifier.suggestions`; `options` are :func:`~dyntc.classifier.suggestions.suggest`'s)."""
+        from dyntc.classifier import suggestions
+
+        self._check_fitted()
+        return suggestions.suggest(self._labels, **options)
 
     # ------------------------------------------------------------------ the cosine head
 

@@ -44,6 +44,11 @@ def _register() -> None:
     app.command("evaluate")(classifier.evaluate)
     app.add_typer(classifier.labels_app, name="labels")
 
+    from dyntc.cli import discovery
+
+    app.command("discover")(discovery.discover)
+    app.command("suggest")(discovery.suggest)
+
     from dyntc.cli import serve
 
     app.command("serve")(serve.serve)
