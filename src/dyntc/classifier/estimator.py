@@ -15,10 +15,10 @@ only changes the support sets, so it takes effect at once, without waiting for t
     clf.predict(["I need a room in rome for friday"])          # -> ["book_hotel"]
     clf.save("model/");  clf = DynamicClassifier.load("model/")
 
-The parts, none of which knows this class: :class:`~dyntc.classifier.model.MetricSpace` (encoder +
+The parts, none of which knows this class: :class:`~dyntc.classifier.space.MetricSpace` (encoder +
 metric), the :class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label
 operations), :mod:`~dyntc.classifier.params` (what the parameters accept and mean),
-:mod:`~dyntc.classifier.fit` (the trainer: takes a network and a config, returns what it trained),
+:mod:`~dyntc.classifier.trainer` (the trainer: takes a network and a config, returns what it trained),
 :class:`~dyntc.classifier.live_head.LiveHead` (the cosine head and its background refresh),
 :mod:`~dyntc.classifier.calibration` and :mod:`~dyntc.classifier.saving` over the versioned
 :class:`~dyntc.classifier.store.ModelStore`. This class holds the state and the public methods.
@@ -42,12 +42,12 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from dyntc.classifier import fit as trainer
+from dyntc.classifier import trainer
 from dyntc.classifier import replay, saving
 from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.classifier.live_head import LiveHead, head_config
-from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )

@@ -144,5 +144,5 @@ def train_config(params: Mapping[str, Any], episodes: int, lr: float):
 
 
 def space_options(params: Mapping[str, Any]) -> dict:
-    """The :class:`~dyntc.classifier.model.MetricSpace` attributes that follow the parameters at once."""
+    """The :class:`~dyntc.classifier.space.MetricSpace` attributes that follow the parameters at once."""
     return {"device": str(params["device"]), "batch_size": params["batch_size"], "extend_vocab": params["extend_vocab"]}

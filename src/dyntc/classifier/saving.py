@@ -16,7 +16,7 @@ from typing import Any
 
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
-from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import space_options
 from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store
 from dyntc.errors import DyntcError, is_int
