@@ -704,6 +704,20 @@ class DynamicClassifier:
         clf._source = (snap.store_id, snap.version)
         return clf
 
+    def _become(self, other: "DynamicClassifier") -> None:
+        """Take `other`'s parameters and state (network, labels, calibration, version, last fine-tuning),
+        in place: how :func:`~dyntc.classifier.saving.commit_edit` hands an edit replayed on a newer
+        version back to the classifier the caller holds."""
+        live = self.__dict__.pop("_live", None)
+        if live is not None:
+            live.retire()  # a refresh of the old labels must not be installed over the new ones
+        for name, value in other.get_params().items():
+            setattr(self, name, value)
+        self.space_, self._labels, self.calibration_, self._source = (other.space_, other._labels,
+                                                                      other.calibration_, other._source)
+        if hasattr(other, "fine_tune_result_"):
+            self.fine_tune_result_ = other.fine_tune_result_
+
     @classmethod
     @contextmanager
     def edit(cls, path: str | Path | ModelStore, *, base: "DynamicClassifier | None" = None,
@@ -731,20 +745,8 @@ class DynamicClassifier:
             yield clf
         finally:
             replay.stop(clf)
-        if not (clf._labels.changed or clf._labels.log or clf.space_.weights_dirty):
-            return
-        with store.transaction() as txn:
-            if clf._source is None or txn.head != clf._source[1] or clf._source[0] != txn.store_id:
-                fresh = cls._from_snapshot(txn.read())  # another writer committed: replay on the newest version
-                replay.replay(fresh, log)
-                live = clf.__dict__.pop("_live", None)
-                if live is not None:
-                    live.retire()
-                clf.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_live"})
-            version = saving.write_version(txn, clf.space_, clf._labels, clf.get_params(), clf.calibration_,
-                                           clf._source, op)
-            store_id = txn.store_id
-        clf._committed(store_id, version)
+        if clf._labels.changed or clf._labels.log or clf.space_.weights_dirty:
+            clf._committed(*saving.commit_edit(store, clf, log, op))
 
     @staticmethod
     def versions(path: str | Path | ModelStore, limit: int | None = None) -> list[dict]:
