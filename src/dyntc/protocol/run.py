@@ -56,6 +56,12 @@ class Unit:
     def name(self) -> str:
         return f"split {self.split} {self.model}"
 
+    @property
+    def pretrains(self) -> bool:
+        """Whether the unit pretrains its model first: a network with a fine-tuned or un-tuned cell (the
+        scratch cells start from nothing)."""
+        return model_kind(self.model).network and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in self.cells)
+
 
 @dataclass
 class SplitData:
@@ -271,7 +277,7 @@ class ProtocolRun:
         )
         self.results["split_info"].setdefault(str(s), {}).update(
             n_test_evaluated=len(data.test), n_dev_old_used=len(data.dev_old), n_dev_new_used=len(data.dev_new))
-        if "logreg" in plan.models:
+        if not all(model_kind(m).network for m in plan.models):  # a probe fits frozen sentence embeddings
             check_frozen_items(feats.train)
         self._split_data[s] = data
         return data
@@ -286,7 +292,7 @@ class ProtocolRun:
         s, model_name = unit.split, unit.model
         d = self.split_data(s)
         pretrained = None
-        if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+        if unit.pretrains:
             stage = (s, "pretrain", model_name)
             self._on_work = lambda n: report(stage, n, False)
             pretrained = self.pretrained(s, model_name)
@@ -352,7 +358,7 @@ class ProtocolRun:
         n_classes = len(fine.classes)
         seed = derive_seed(plan.seed, split_seed, model_name, variant, n_fine)
         info: dict[str, Any] = {"train_seconds": 0.0}
-        if model_name == "logreg":
+        if not model_kind(model_name).network:  # the logistic-regression probe
             t0 = time.perf_counter()
             pred = logreg_predict(fine, test, seed)
             info["train_seconds"] = time.perf_counter() - t0

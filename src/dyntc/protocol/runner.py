@@ -31,7 +31,7 @@ from dyntc.errors import DyntcError, is_int
 from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, Unit, make_plan, parse_names, tune_profile
 from dyntc.protocol.executors import Events, Executor, LocalExecutor, make_executor
 from dyntc.protocol.options import ReproduceOptions
-from dyntc.protocol.profiles import kind_of
+from dyntc.core.models import model_kind
 
 REPORT_EVERY_S = 600.0  # tables.md and the plots are also rewritten this often while workers log (not only per unit)
 
@@ -51,11 +51,11 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
         n_test = min(n_test, hp["test_per_class"] * n_new)
 
     like_pretraining = run.plan.scratch_like_pretraining(model)
-    kind = kind_of(model)  # None: the logreg baseline
+    kind = model_kind(model)
 
     def cost(stage: str, n_train: int, n_classes: int) -> float:
         pre = stage == "pretrain" or (stage == "scratch" and like_pretraining)
-        if model == "logreg":
+        if not kind.network:  # a probe fitted in a moment
             return 1.0
         if stage == "un-tuned":
             return float(n_train)
@@ -67,7 +67,7 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
         return float(episodes * (min(n_classes, hp["max_classes"]) * hp["n_support"] + hp["n_query"]))
 
     costs: dict[tuple, float] = {}
-    if model != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+    if unit.pretrains:
         costs[(s, "pretrain", model)] = cost("pretrain", len(split.pretrain), len(split.old_labels))
     for _, variant, n_fine, _ in unit.cells:
         n_train = n_fine * n_new
