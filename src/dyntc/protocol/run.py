@@ -1,6 +1,6 @@
 """One ``dyntc reproduce`` run: its (split, model) work units, each a pretraining stage and its cells.
 
-The orchestration (order of the units, worker processes, progress and ETA) is :mod:`dyntc.protocol.runner`'s;
+The orchestration (order of the units, worker processes, progress and ETA) is :mod:`dyntc.protocol.reproduce`'s;
 the protocol itself is described in :mod:`dyntc.protocol`.
 """
 
@@ -46,7 +46,7 @@ from dyntc.core.machine import machine_description
 class Unit:
     """A (split, model) work unit: the model's pretraining on that split, then its cells. Units share
     nothing but the featurized texts and every seed comes from :func:`derive_seed`, so they may run in
-    any order, or in parallel processes (``dyntc.protocol.runner``), with the same results."""
+    any order, or in parallel processes (``dyntc.protocol.reproduce``), with the same results."""
 
     split: int
     model: str
@@ -82,7 +82,7 @@ class SplitData:
 class ProtocolRun:
     """One ``dyntc reproduce`` run: a dataset, a plan, an output directory.
 
-    The orchestration (order of the units, processes, progress and ETA) is :mod:`dyntc.protocol.runner`'s;
+    The orchestration (order of the units, processes, progress and ETA) is :mod:`dyntc.protocol.reproduce`'s;
     this class prepares the units (:meth:`prepare`), runs one (:meth:`run_unit`) and closes the run
     (:meth:`finish`). A worker process opens its own instance with ``worker=True``: it merges its rows
     into ``results.json`` and leaves the run-level fields to the parent.

@@ -1,5 +1,7 @@
-"""Runs a protocol's work units with an executor (this process, ``--jobs N`` worker processes or a Ray
-cluster: :mod:`dyntc.protocol.executors`), with an honest ETA.
+"""``dyntc reproduce`` as a function (:func:`reproduce`): plan the run, tune it if asked, run its work
+units with an executor (this process, ``--jobs N`` worker processes or a Ray cluster:
+:mod:`dyntc.protocol.executors`) with an honest ETA, and write its tables. What a unit does is
+:mod:`dyntc.protocol.run`'s.
 
 A unit is one (split, model): the model's pretraining on that split, then its (variant, n_fine) cells
 (:class:`dyntc.protocol.Unit`). Units share nothing but the featurized texts and take every seed from
@@ -189,7 +191,7 @@ def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1, executor: Executo
 
 
 def _events(run: ProtocolRun, progress: Progress, slots: int, n_units: int) -> Events:
-    """The runner's side of an executor's events: progress and ETA, the report kept current."""
+    """The driver's side of an executor's events: progress and ETA, the report kept current."""
     n_done = 0
     reported = time.perf_counter()
 
@@ -254,11 +256,11 @@ def reproduce(
     if executor != "local" and jobs != 1:
         raise DyntcError(f"--jobs is for the local executor: with --executor {executor} the cluster's free CPUs "
                          f"(and GPUs) set how many units run at once")
-    runner = make_executor(executor, jobs=jobs, threads=threads or 1, address=opts.address)  # Ray missing: refused here
+    chosen = make_executor(executor, jobs=jobs, threads=threads or 1, address=opts.address)  # Ray missing: refused here
     if threads is not None:
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
-    device_here = runner.runs_here or opts.tune  # --tune trains here, before the units
+    device_here = chosen.runs_here or opts.tune  # --tune trains here, before the units
     plan = make_plan(name, profile, opts, device_here=device_here)
     redone = parse_names(opts.redo, ALL_MODELS, "--redo model(s)") or ()
     if redone and opts.force:
@@ -283,7 +285,7 @@ def reproduce(
     run = ProtocolRun(dataset, plan, Path(out), force=opts.force, redo=redone, progress=opts.progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning
-    return execute(run, jobs, threads or 1, runner)
+    return execute(run, jobs, threads or 1, chosen)
 
 
 __all__ = ["Progress", "execute", "reproduce", "stage_costs"]
