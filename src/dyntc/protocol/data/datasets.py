@@ -851,11 +851,3 @@ def describe_all(data_dir: str | os.PathLike | None = None) -> list[dict]:
         rows.append(row)
     return rows
 
-
-# The corpora of the new-intent-discovery protocol (StackOverflow, M-CID) have their own module.
-from dyntc.protocol.data.discovery_sets import LOADERS as _DISCOVERY_LOADERS  # noqa: E402
-from dyntc.protocol.data.discovery_sets import SPECS as _DISCOVERY_SPECS  # noqa: E402
-
-DATASETS.update({s.name: s for s in _DISCOVERY_SPECS})
-_ALIASES.update({alias: s.name for s in _DISCOVERY_SPECS for alias in (s.name, *s.aliases)})
-_LOADERS.update(_DISCOVERY_LOADERS)

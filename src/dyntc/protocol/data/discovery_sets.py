@@ -9,8 +9,9 @@ and taken literally (StackOverflow titles contain quotes, which are text, not CS
   (the files carry no names), 18,000 / 1,000 / 1,000.
 * **mcid** (Arora et al. 2020, English part): 16 Covid-19 assistant intents, 1,220 / 176 / 349.
 
-They are registered in :data:`dyntc.protocol.data.datasets.DATASETS` like the other readers, so
-``load("stackoverflow")`` and ``dyntc datasets`` know them.
+Importing this module registers them in :data:`dyntc.protocol.data.datasets.DATASETS` beside the
+other readers; the package ``dyntc.protocol.data`` imports it, so ``load("stackoverflow")`` and
+``dyntc datasets`` always know them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dyntc.protocol.data.datasets import (
-    DatasetSpec, FileSpec, _clean, _count_error, _finish, _read_lines, _require, _where_from,
+    _ALIASES, _LOADERS, DATASETS, DatasetSpec, FileSpec, _clean, _count_error, _finish, _read_lines, _require,
+    _where_from,
 )
 from dyntc.protocol.data.types import Dataset, Split
 from dyntc.errors import DyntcError
@@ -95,3 +97,7 @@ def _loader(spec: DatasetSpec):
 
 SPECS = (STACKOVERFLOW_SPEC, MCID_SPEC)
 LOADERS = {spec.name: _loader(spec) for spec in SPECS}
+
+DATASETS.update({s.name: s for s in SPECS})
+_ALIASES.update({alias: s.name for s in SPECS for alias in (s.name, *s.aliases)})
+_LOADERS.update(LOADERS)
