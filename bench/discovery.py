@@ -329,7 +329,14 @@ def main() -> None:
     parser.add_argument("--mode", default="default", choices=("default", "fast"))
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
+    parser.add_argument("--table", type=Path, help="print the table of a saved run (runs/discovery/*.json) and exit")
     args = parser.parse_args()
+    if args.table:
+        saved = json.loads(args.table.read_text())
+        print(saved["header"])
+        rows = saved["rows"]
+        print(suggestions_table(rows) if rows and "precision" in rows[0] else table(rows))
+        return
     args.datasets = [d.strip() for d in (args.datasets or ("clinc150,hwu64" if args.suggestions else
                                                            ",".join(DATASETS))).split(",") if d.strip()]
     args.kcr = [float(k) for k in args.kcr.split(",")]
