@@ -29,6 +29,15 @@ def unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(norm, 1e-12)
 
 
+def group_sums(ids: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+    """``(k, d)``: the sum of the rows of `x` with each id (a sparse product; ``np.add.at`` is ~50x slower)."""
+    from scipy.sparse import csr_matrix
+
+    ids = np.asarray(ids, dtype=np.int64)
+    onehot = csr_matrix((np.ones(len(ids), np.float32), (ids, np.arange(len(ids)))), shape=(k, len(ids)))
+    return np.asarray(onehot @ x, dtype=np.float32)
+
+
 # ---------------------------------------------------------------------------------------- the metric
 
 
@@ -82,9 +91,7 @@ def seeded_kmeans(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_
     seedings of the new centroids."""
     rng = np.random.default_rng(seed)
     k = n_known + n_new
-    seeds = np.zeros((n_known, points.shape[1]), np.float32)
-    np.add.at(seeds, known_y, known)
-    seeds = unit(seeds)
+    seeds = unit(group_sums(known_y, known, n_known))
     both = np.concatenate([points, known])
     best: tuple[np.ndarray, np.ndarray, float] | None = None
     for _ in range(max(1, n_init) if n_new else 1):
@@ -97,8 +104,7 @@ def seeded_kmeans(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_
                 break
             assign = new_assign
             ids = np.concatenate([assign, known_y])
-            sums = np.zeros((k, points.shape[1]), np.float32)
-            np.add.at(sums, ids, both)
+            sums = group_sums(ids, both, k)
             sizes = np.bincount(ids, minlength=k)
             empty = np.flatnonzero(sizes == 0)
             if len(empty):  # re-seed an emptied centroid at the point farthest from its own

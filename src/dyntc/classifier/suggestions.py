@@ -102,8 +102,7 @@ def suggest(labels: LabelSet, *, merge_rate: float = MERGE_RATE, split_ratio: fl
 def _merges(labels: LabelSet, x: np.ndarray, y: np.ndarray, texts: list[str], threshold: float) -> list[Suggestion]:
     names = labels.classes
     k = len(names)
-    sums = np.zeros((k, x.shape[1]), np.float32)
-    np.add.at(sums, y, x)
+    sums = cl.group_sums(y, x, k)
     counts = np.bincount(y, minlength=k)
     sims = x @ cl.unit(sums).T
     loo = cl.unit(sums[y] - x)  # leave-one-out prototype of the own label: (sum - x) / (n - 1), as a direction
@@ -132,9 +131,7 @@ def _merges(labels: LabelSet, x: np.ndarray, y: np.ndarray, texts: list[str], th
 
 def _nearest_gap(x: np.ndarray, y: np.ndarray, k: int) -> float:
     """Median over labels of the cosine distance from its prototype to the nearest other prototype."""
-    sums = np.zeros((k, x.shape[1]), np.float32)
-    np.add.at(sums, y, x)
-    protos = cl.unit(sums)
+    protos = cl.unit(cl.group_sums(y, x, k))
     sims = protos @ protos.T
     np.fill_diagonal(sims, -np.inf)
     return float(np.median(1.0 - sims.max(1)))
