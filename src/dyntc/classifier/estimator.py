@@ -461,7 +461,7 @@ class DynamicClassifier:
         from dyntc.classifier import discovery
 
         self._check_fitted()
-        texts = discovery.check_texts(texts, 2)
+        texts = discovery.check_texts(texts, 0)  # empty and repeated texts refused before embedding
         return discovery.discover(self._labels, texts, self.space_.embed(texts), n_new,
                                   **{"seed": self.seed, **options})
 
