@@ -834,4 +834,3 @@ def describe_all(data_dir: str | os.PathLike | None = None) -> list[dict]:
             row["missing"] = missing
         rows.append(row)
     return rows
-
