@@ -94,4 +94,4 @@ def test_suggest(tmp_path):
     s = json.loads(out)["suggestions"]
     assert len(s) == 1 and s[0]["kind"] == "merge" and sorted(s[0]["labels"]) == ["music_a", "music_b"]
     code, _, err = cli("suggest", path, "--merge-rate", "3")
-    assert code == 2 and "merge_rate must be a number in [0.0, 1.0]" in err
+    assert code == 2 and "merge_rate must be a number in (0, 1.0]" in err
