@@ -329,12 +329,15 @@ def main() -> None:
     parser.add_argument("--mode", default="default", choices=("default", "fast"))
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
-    parser.add_argument("--table", type=Path, help="print the table of a saved run (runs/discovery/*.json) and exit")
+    parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
+                                                                "and exit")
     args = parser.parse_args()
     if args.table:
-        saved = json.loads(args.table.read_text())
-        print(saved["header"])
-        rows = saved["rows"]
+        rows = []
+        for path in args.table:
+            saved = json.loads(path.read_text())
+            print(saved["header"])
+            rows += saved["rows"]
         print(suggestions_table(rows) if rows and "precision" in rows[0] else table(rows))
         return
     args.datasets = [d.strip() for d in (args.datasets or ("clinc150,hwu64" if args.suggestions else
