@@ -130,7 +130,7 @@ def main() -> None:
 
     from dyntc import DynamicClassifier
     from dyntc.protocol.data.datasets import load
-    from dyntc.classifier.service.app import Limits
+    from dyntc.classifier.service.limits import Limits
 
     data = load("clinc150")
     intents = sorted(set(data.train.labels))[:INTENTS]

@@ -53,7 +53,7 @@ from dyntc.classifier.params import (
 )
 from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore, is_store
-from dyntc.errors import DyntcError, NotFittedError, is_int
+from dyntc.errors import CalibrationRequiredError, DyntcError, NotFittedError, is_int
 
 
 class DynamicClassifier:
@@ -622,11 +622,11 @@ class DynamicClassifier:
         self._check_fitted()
         cal = self._calibration()
         if cal is None and self.calibration_ is not None:
-            raise DyntcError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
+            raise CalibrationRequiredError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
                              f"scores and this classifier scores with {self._scorer()!r} (head={self.head!r}): "
                              "call calibrate(texts, labels) again, or set the head it was fitted with")
         if cal is None:
-            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+            raise CalibrationRequiredError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
                              "labelled texts first (fine_tune resets the calibration)")
         return cal
 

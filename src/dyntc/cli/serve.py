@@ -1,4 +1,4 @@
-"""``dyntc serve``: the HTTP service (:mod:`dyntc.classifier.service.app`) on a model directory written by ``dyntc fit``,
+"""``dyntc serve``: the HTTP service (:mod:`dyntc.classifier.service`) on a model directory written by ``dyntc fit``,
 or on a model in PostgreSQL that several replicas share (docs/deployment.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import typer
 
 from dyntc.errors import DyntcError
 
-# The limits' defaults are declared once, in dyntc.classifier.service.app.Limits; importing it here would load FastAPI
+# The limits' defaults are declared once, in dyntc.classifier.service.limits.Limits; importing it here would load torch
 # for every CLI command, so the options take None and fall back to those defaults.
 
 
@@ -32,7 +32,8 @@ def serve(
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs)."""
-    from dyntc.classifier.service.app import Limits, run
+    from dyntc.classifier.service.limits import Limits
+    from dyntc.classifier.service.server import run
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")

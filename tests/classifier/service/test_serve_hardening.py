@@ -85,7 +85,7 @@ def test_oversized_requests_get_413_before_parsing(open_server):
 
 def test_a_large_request_leaves_a_worker_for_small_ones():
     """Two workers: large requests take at most one, so a small one never waits behind them."""
-    from dyntc.classifier.service.app import SMALL_REQUEST_CHARS, EmbeddingWorkers
+    from dyntc.classifier.service.limits import SMALL_REQUEST_CHARS, EmbeddingWorkers
 
     workers = EmbeddingWorkers(2)
     entered, release = threading.Event(), threading.Event()
