@@ -46,7 +46,7 @@ from dyntc.classifier import fit as trainer
 from dyntc.classifier import replay, saving
 from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.live_head import LiveHead, head_config
+from dyntc.classifier.live_head import LiveHead, carry, head_config, view
 from dyntc.classifier.model import MetricSpace
 from dyntc.classifier.params import (
     check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
@@ -261,6 +261,13 @@ class DynamicClassifier:
         return len(self.labels_)
 
     @property
+    def store_id_(self) -> str | None:
+        """The id of the store this classifier was loaded from or last committed to (None if never): a
+        store re-created or replaced at the same location has another id."""
+        self._check_fitted()
+        return self._source[0] if self._source else None
+
+    @property
     def version_(self) -> int | None:
         """The store version this classifier was loaded from or last committed as (None if never)."""
         self._check_fitted()
@@ -462,7 +469,7 @@ class DynamicClassifier:
         if live is None:
             owner = weakref.ref(self)
             live = self.__dict__.setdefault("_live", LiveHead(
-                self.head_options, lambda: getattr(owner(), "_labels", None)))
+                self.head_options, lambda: getattr(owner(), "_labels", None), auto=self.auto_refresh))
         return live
 
     def refresh(self, wait: bool = True) -> dict | None:
@@ -480,6 +487,41 @@ class DynamicClassifier:
             live.refresher.schedule(self._labels, delay=0.0)
             return None
         return live.refresh(self._labels, force=True)
+
+    @property
+    def auto_refresh(self) -> bool:
+        """Whether the cosine head refreshes by itself: in a background thread after label operations,
+        and at the first prediction of a classifier never refreshed (default True; copies inherit it).
+        False: only when :meth:`refresh` is called; until then changed labels are scored by their
+        prototype and no prediction ever trains (a service that holds many versions of one model and
+        refreshes only the newest, with :meth:`adopt_head` to pass the result on)."""
+        return self.__dict__.get("_auto_refresh", True)
+
+    @auto_refresh.setter
+    def auto_refresh(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise DyntcError(f"auto_refresh must be True or False, got {value!r}")
+        self.__dict__["_auto_refresh"] = value
+        live = self.__dict__.get("_live")
+        if live is not None:
+            live.auto = value
+
+    def adopt_head(self, other: "DynamicClassifier") -> list[str]:
+        """Score with the cosine head `other` (another version of the same model) last trained, for
+        every label whose examples are the same in both; the other labels are scored by their
+        prototype until the next refresh. Nothing is trained: a version just loaded answers at once
+        with what the version before it learnt. Returns the labels scored by their prototype."""
+        self._check_fitted()
+        if not isinstance(other, DynamicClassifier):
+            raise DyntcError(f"adopt_head takes a DynamicClassifier, got {type(other).__name__}")
+        other._check_fitted()
+        if self.head is None or other.head != self.head or other.head_options != self.head_options:
+            raise DyntcError(f"adopt_head needs two classifiers with the same head and head_options (got head="
+                             f"{self.head!r} and {other.head!r})")
+        trained = carry(other._labels.head, self._labels)
+        if trained is not None:
+            self._labels.head = trained
+        return list(view(self._labels, self._live_head().config).imprinted)
 
     def wait_for_refresh(self, timeout: float | None = None) -> bool:
         """Block until no background refresh is pending or running (at most `timeout` seconds); True if idle."""

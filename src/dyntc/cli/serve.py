@@ -27,8 +27,9 @@ def serve(
     max_text_chars: Annotated[Optional[int], typer.Option(help="Longest text (characters) predicted or stored [default: 2000]")] = None,
     max_examples: Annotated[Optional[int], typer.Option(help="Most examples in one write [default: 1000]")] = None,
     max_label_chars: Annotated[Optional[int], typer.Option(help="Longest label name (characters) [default: 100]")] = None,
-    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its headers, and its body [default: 30]")] = None,
-    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; more are answered 503 [default: 256]")] = None,
+    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its request, headers and body in all [default: 30]")] = None,
+    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; over it a new one closes the oldest not being worked on (idle or still sending) [default: 1024]")] = None,
+    max_in_flight: Annotated[Optional[int], typer.Option(help="Requests worked on at once; more are answered 503 (/healthz always answered) [default: 128]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs)."""
@@ -39,6 +40,6 @@ def serve(
         raise DyntcError(f"--port must be in 1..65535, got {port}")
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
-                 max_connections=max_connections, workers=workers)
+                 max_connections=max_connections, max_in_flight=max_in_flight, workers=workers)
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
     run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits)

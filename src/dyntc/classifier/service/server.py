@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dyntc.classifier.service.access import Access, is_loopback, read_token
 from dyntc.classifier.service.app import create_app
-from dyntc.classifier.service.limits import Limits, timed_h11
+from dyntc.classifier.service.limits import Limits, guarded_h11
 from dyntc.errors import DyntcError
 
 
@@ -28,6 +28,20 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
                       "change or roll back the model", stacklevel=2)
     torch.set_num_threads(1)  # one thread per embedding worker (EmbeddingWorkers): no oversubscription
     app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback))
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=timed_h11(limits.request_timeout_s),
-                            limit_concurrency=limits.max_connections, timeout_keep_alive=5)
+    _allow_open_files(limits.max_connections + 256)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=guarded_h11(limits),
+                            timeout_keep_alive=5, backlog=max(2048, limits.max_connections))
     uvicorn.Server(config).run()
+
+
+def _allow_open_files(n: int) -> None:
+    """Raise this process's open-file limit towards `n` (as far as the hard limit allows): every
+    connection is a file descriptor, and the default soft limit (often 1024) is below
+    ``max_connections`` plus the store's and the model's files."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n if hard == resource.RLIM_INFINITY else min(n, hard), hard))
