@@ -48,6 +48,10 @@ def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params
     names = labels.changed if incremental else labels.classes
     changes = {n: ((s.texts, s.points, s.stored_parts()) if n in labels else None)
                for n in names for s in [labels._support.get(n)]}
+    for name, change in changes.items():  # PostgreSQL cannot store NUL: refused on every backend alike
+        if change is not None and any("\x00" in text for text in change[0]):
+            raise DyntcError(f"label {name!r} has an example containing a NUL character (\\x00), which a model "
+                             "store cannot keep: remove it (nothing was committed)")
     log = labels.log or [{"op": op}]
     return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
                       weights=data if data is not None else key, labels=changes, replace_all=not incremental)

@@ -165,3 +165,40 @@ def test_a_store_restored_from_a_backup_or_replaced_is_followed_and_own_writes_a
         assert health(srv)["status"] == "ok"
     finally:
         srv.stop()
+
+
+# ------------------------------------------------------------------------------ the lower items
+
+
+def test_nul_confusable_names_pruned_restore_and_token_directory(fitted, tmp_path):
+    srv = Server(fitted.save(tmp_path / "model"), tmp_path)
+    try:
+        before = health(srv)["version"]
+        cases = [
+            ({"name": "nul", "examples": ["a\x00b"]}, "NUL"),
+            ({"name": "zero\u200bwidth", "examples": ["x"]}, "invisible"),
+            ({"name": "\u202eevil", "examples": ["x"]}, "invisible"),
+            ({"name": "cafe\u0301", "examples": ["x"]}, "NFC"),
+        ]
+        for body, words in cases:
+            status, answer = srv.call("POST", "/labels", body)
+            assert status == 400 and words in answer["error"], (body, answer)
+        status, answer = srv.call("POST", "/labels/alarm/rename", {"to": "al\u200darm"})
+        assert status == 400 and "invisible" in answer["error"]
+        assert health(srv)["version"] == before  # nothing committed
+        for k in range(3):
+            assert srv.call("POST", "/labels", {"name": f"v{k}", "examples": ["x"]})[0] == 201
+        DynamicClassifier.prune(srv.model, keep=2)  # keeps versions 3..4
+        status, answer = srv.call("POST", "/versions/1/restore")
+        assert status == 404 and "pruned" in answer["error"]
+        assert srv.call("POST", "/versions/99/restore")[0] == 404
+        assert srv.call("POST", "/versions/3/restore")[0] == 200
+    finally:
+        srv.stop()
+    (tmp_path / "tokendir").mkdir()
+    done = subprocess.run([sys.executable, "-m", "dyntc", "serve", str(tmp_path / "model"), "--token-file",
+                           str(tmp_path / "tokendir")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2 and "is a directory" in done.stderr, done.stderr
+    with pytest.raises(Exception, match="NUL"):
+        DynamicClassifier(encoder="hashing").fit(["a\x00", "b", "c", "d"], ["p", "p", "q", "q"]).save(tmp_path / "nul")

@@ -110,8 +110,11 @@ def check_token(token: str, what: str = "token") -> str:
 
 def read_token(path: Path, what: str = "token file") -> str:
     """The secret in `path`, which must be a private UTF-8 text file (not readable by group or others)."""
+    if path.is_dir():
+        raise DyntcError(f"{what} {str(path)!r} is a directory: give the file that holds the token")
     if not path.is_file():
-        raise DyntcError(f"{what} {str(path)!r} does not exist")
+        raise DyntcError(f"{what} {str(path)!r} does not exist" if not path.exists() else
+                         f"{what} {str(path)!r} is not a regular file: give the file that holds the token")
     if os.name == "posix" and stat.S_IMODE(path.stat().st_mode) & 0o077:
         raise DyntcError(f"{what} {str(path)!r} can be read by other users (mode "
                          f"{stat.S_IMODE(path.stat().st_mode):o}): run `chmod 600 {path}`")

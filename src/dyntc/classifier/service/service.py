@@ -298,5 +298,5 @@ class Service:
             body["error"] = self.monitor.error
         if status is not None:
             body["head"] = {"imprinted": len(status["imprinted"]), "refreshing": self.refresher.running,
-                            "refreshes": self.refresher.refreshes}
+                            "refreshes": self.refresher.refreshes, "last_seconds": status["seconds"]}
         return body
