@@ -18,6 +18,7 @@ existing database), fits a classifier on a CLINC150 sample (default: the tiny SR
    SIGKILL a third of the way in; every acknowledged label must be in the store.
 
     DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.replicas
+    DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.replicas --encoder minilm --intents 150 --phases visible
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import numpy as np
 
 from bench._machine import cpu_model, load_average
 
-INTENTS = 20
 TINY = dict(encoder="sru", hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
 
 
@@ -194,6 +194,7 @@ def main() -> None:
     ap.add_argument("--encoder", default="sru", choices=["sru", "minilm"])
     ap.add_argument("--url", help="an existing PostgreSQL database (default: a throwaway server)")
     ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--intents", type=int, default=20, help="CLINC150 intents in the model (150: all, 15,000 texts)")
     ap.add_argument("--writes", type=int, default=30)
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--batch", type=int, default=8)
@@ -215,7 +216,7 @@ def main() -> None:
     else:
         base = args.url
     data = load("clinc150")
-    intents = sorted(set(data.train.labels))[:INTENTS]
+    intents = sorted(set(data.train.labels))[:args.intents]
     keep = set(intents)
     train = [(t, y) for t, y in zip(data.train.texts, data.train.labels) if y in keep]
     tests = [t for t, y in zip(data.test.texts, data.test.labels) if y in keep]
@@ -226,7 +227,7 @@ def main() -> None:
     env = {**os.environ, "DYNTC_CACHE": str(workdir / "cache"), "OMP_NUM_THREADS": "1"}
     print(f"# {args.replicas} replicas of dyntc serve over one PostgreSQL, "
           f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {'tiny SRU (16-d)' if args.encoder == 'sru' else 'MiniLM'} "
-          f"model, {INTENTS} CLINC150 intents, {len(train)} support texts; CPU {cpu_model()}, {os.cpu_count()} cores, "
+          f"model, {args.intents} CLINC150 intents, {len(train)} support texts; CPU {cpu_model()}, {os.cpu_count()} cores, "
           f"load {load_average()}\n")
     workers = os.cpu_count() or 1
     replicas = [Replica(model, env, workers) for _ in range(args.replicas)]

@@ -733,11 +733,22 @@ class DynamicClassifier:
         self._source = (store_id, version)
 
     @classmethod
-    def load(cls, path: str | Path | ModelStore, version: int | None = None) -> Self:
+    def load(cls, path: str | Path | ModelStore, version: int | None = None, *,
+             base: "DynamicClassifier | None" = None) -> Self:
         """Load a saved classifier (its newest version, or `version`) from a model directory, a
         ``postgresql://`` URL or an open :class:`~dyntc.classifier.store.ModelStore`, on the CPU (set
-        ``device`` afterwards to move it)."""
-        return cls._from_snapshot(saving.open_store(path).read(version))
+        ``device`` afterwards to move it). `base`: an earlier version of the same store already
+        loaded; the newest version is then read as its difference to `base` when only labels changed
+        in between (the changed labels read and recomputed, the rest shared with `base`, which is left
+        as it was), else in full."""
+        store = saving.open_store(path)
+        if base is not None and version is None:
+            if not isinstance(base, DynamicClassifier):
+                raise DyntcError(f"base must be a DynamicClassifier loaded from {path!r}, got {type(base).__name__}")
+            newer = saving.read_changes(store, base)
+            if newer is not None:
+                return newer
+        return cls._from_snapshot(store.read(version))
 
     @classmethod
     def _from_snapshot(cls, snap) -> Self:

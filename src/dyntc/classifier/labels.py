@@ -166,6 +166,23 @@ class LabelSet:
         other.head, other.head_view = self.head, self.head_view  # immutable: shared, never changed
         return other
 
+    def with_changes(self, supports: Mapping[str, tuple], removed: Iterable[str]) -> "LabelSet":
+        """A copy with the labels in `removed` gone and those in `supports` (re)defined by stored
+        ``(texts, points, parts)``: a later version of this set read as its difference to it. Only
+        the changed labels are recomputed; the others keep their support objects (and so their
+        trained head weights). Nothing counts as changed: it is a committed version."""
+        other = self.copy()
+        for name in removed:
+            other._support.pop(name, None)
+        for name, group in supports.items():
+            other._support[name] = Support.of(*group)
+        other._support = dict(sorted(other._support.items()))
+        other._rows = other._correction = None
+        other.head_view = None
+        other._refresh(supports)
+        other.changed, other.log = set(), []
+        return other
+
     # ---------------------------------------------------------------- reading
 
     @property

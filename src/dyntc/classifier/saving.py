@@ -57,6 +57,22 @@ def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params
                       weights=data if data is not None else key, labels=changes, replace_all=not incremental)
 
 
+def read_changes(store: ModelStore, base: Any) -> Any:
+    """The newest version of `store` as a copy of `base` (a classifier loaded from or committed to an
+    earlier version of it) with the labels changed since replaced, or None when it cannot be read that
+    way (another store, `base`'s version pruned, or the network, parameters or calibration changed)."""
+    source = base._source
+    if source is None:
+        return None
+    changes = store.changes_since(*source)
+    if changes is None:
+        return None
+    clf = base.copy()
+    clf._labels = base._labels.with_changes(changes.labels, changes.removed)
+    clf._source = (changes.store_id, changes.version)
+    return clf
+
+
 def stored_params(snap: Snapshot, param_names: Sequence[str]) -> dict:
     """The constructor parameters a stored version was saved with (those among `param_names`), on the CPU."""
     doc = snap.document

@@ -218,7 +218,8 @@ class Service:
         clf = self._current
         if (self.store.store_id(), self.store.head_version()) == (clf.store_id_, clf.version_):
             return
-        self._swap(self._loaded(DynamicClassifier.load(self.store)))
+        # only the labels changed since the version served are read, when that is all that changed
+        self._swap(self._loaded(DynamicClassifier.load(self.store, base=clf)))
 
     def _loaded(self, clf: DynamicClassifier) -> DynamicClassifier:
         """A version just read, ready to answer at once: the current head carried over, nothing trained."""
@@ -282,7 +283,7 @@ class Service:
                     f"version {version} was pruned; the store keeps versions {first}..{head}" if 1 <= version < first
                     else f"no version {version}; the versions are {first}..{head}")
             DynamicClassifier.restore(self.store, version)
-            new = self._loaded(DynamicClassifier.load(self.store))
+            new = self._loaded(DynamicClassifier.load(self.store, base=self._current))
             self._swap(new)
             return new
 
