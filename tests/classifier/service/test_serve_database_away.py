@@ -116,3 +116,31 @@ def test_database_silent_then_stopped_reads_from_memory_writes_503(fitted, datab
     finally:
         srv.stop()
         proxy.close()
+
+
+def test_a_statement_on_a_silent_database_fails_instead_of_hanging(fitted, database, monkeypatch):
+    from dyntc.classifier.store import ModelStore, StoreUnavailableError, postgres
+
+    monkeypatch.setattr(postgres, "STATEMENT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(postgres, "PING_TIMEOUT_S", 1.0)
+    proxy = SilentProxy(database.port)
+    try:
+        url = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?model=silent"
+        fitted.save(url)
+        store = ModelStore.open(url)
+        assert store.head_version() == 1
+        proxy.silent = True
+        for _ in range(2):  # a pooled connection's statement, then the check of an idle one
+            with pytest.raises(StoreUnavailableError, match="gone or unreadable"):
+                store.head_version()
+        proxy.speak()
+        assert eventually(lambda: _answers(store), timeout=20)
+    finally:
+        proxy.close()
+
+
+def _answers(store) -> bool:
+    try:
+        return store.head_version() == 1
+    except Exception:
+        return False
