@@ -84,6 +84,7 @@ import numpy as np
 import torch
 
 from dyntc._version import __version__
+from dyntc.classifier.store.changes import Changes
 from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError,
                                            StoreUnavailableError, store_file)
 from dyntc.errors import DyntcError, is_int
@@ -195,16 +196,6 @@ class Snapshot:
     weights: bytes  # safetensors
     weights_hash: str
     labels: dict[str, tuple[list[str], torch.Tensor, list[int]]]  # label -> (texts, points (n, dim) float32, parts)
-
-
-@dataclass
-class Changes:
-    """A version read as its difference to an earlier one (:meth:`ModelStore.changes_since`)."""
-
-    store_id: str
-    version: int
-    labels: dict[str, tuple[list[str], torch.Tensor, list[int]]]  # every label changed: its full support
-    removed: list[str]  # names alive at the earlier version and not now (removed or renamed)
 
 
 def _now() -> str:
@@ -487,75 +478,16 @@ class ModelStore:
         return Snapshot(self._meta(db, "store_id") or "", version, document, weights, row[1], labels)
 
     def changes_since(self, store_id: str, since: int) -> "Changes | None":
-        """The newest version as its difference to version `since` of store `store_id`: the labels
-        changed in between with their full supports (verified as :meth:`read` does) and the names gone.
-        None when that is not what differs: another store, `since` no longer kept, or the model
-        document or weights changed (read the version in full then)."""
+        """The newest version as its difference to version `since` of store `store_id`
+        (:func:`~dyntc.classifier.store.changes.changes_since`); None when a full read is needed."""
+        from dyntc.classifier.store.changes import changes_since
+
         with self._connect() as db:
             self.dialect.begin_read(db)
             try:
-                if (self._meta(db, "store_id") or "") != store_id:
-                    return None
-                head = self.head(db)
-                rows = dict((r[0], r[1:]) for r in db.execute(
-                    "SELECT id, model, weights FROM versions WHERE id IN (?, ?)", (since, head)).fetchall())
-                if since not in rows or head not in rows or rows[since] != rows[head] or head < since:
-                    return None
-                window = (since, head) * 4
-                changed = sorted(r[0] for r in db.execute(
-                    "SELECT label FROM names WHERE (added > ? AND added <= ?) OR (removed > ? AND removed <= ?) "
-                    "UNION SELECT label FROM members WHERE (added > ? AND added <= ?) OR (removed > ? AND removed <= ?)",
-                    window).fetchall())
-                then = self._names_at(db, since, changed)
-                now = self._names_at(db, head, changed)
-                removed = sorted({name for label, name in then.items() if now.get(label) != name})
-                labels = self._supports(db, head, now) if now else {}
-                return Changes(store_id, head, labels, removed)
+                return changes_since(db, store_id, since)
             finally:
                 self.dialect.rollback(db)
-
-    @staticmethod
-    def _names_at(db: Any, version: int, labels: Sequence[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        for i in range(0, len(labels), 500):
-            chunk = labels[i:i + 500]
-            marks = ", ".join("?" * len(chunk))
-            out.update(db.execute(f"SELECT label, name FROM names WHERE label IN ({marks}) AND added <= ? AND "
-                                  "(removed IS NULL OR removed > ?)", (*chunk, version, version)).fetchall())
-        return out
-
-    def _supports(self, db: Any, version: int, names: dict[int, str]) -> dict:
-        """``{name: (texts, points, parts)}`` of the labels `names` (label id -> name) at `version`, verified."""
-        dim = json.loads(self._blob(db, db.execute("SELECT model FROM versions WHERE id = ?", (version,)).fetchone()[0],
-                                    f"the model document of version {version}").decode("utf-8")).get("dim", 0)
-        ids = sorted(names)
-        rows = []
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            marks = ", ".join("?" * len(chunk))
-            rows += db.execute(
-                f"SELECT m.label, m.pos, m.id, m.part, c.id, c.hash, c.text, c.point FROM members m "
-                f"JOIN contents c ON c.id = m.content WHERE m.label IN ({marks}) AND m.added <= ? AND "
-                "(m.removed IS NULL OR m.removed > ?)", (*chunk, version, version)).fetchall()
-        rows.sort(key=lambda r: (r[0], r[1], r[2]))
-        grouped: dict[str, tuple[list[str], list[bytes], list[int]]] = {}
-        for label, _, _, part, content, key, text, point in rows:
-            name, point = names[label], bytes(point)
-            if _content_hash(text, point) != bytes(key):
-                raise DyntcError(f"the store is damaged: an example of label {name!r} in version {version} does "
-                                 f"not match its hash (content {content}); restore a version without it")
-            texts, points, parts = grouped.setdefault(name, ([], [], []))
-            texts.append(text)
-            points.append(point)
-            parts.append(part)
-        out = {}
-        for name, (texts, points, parts) in sorted(grouped.items()):
-            tensor = _points_tensor(points, dim)
-            if not np.isfinite(tensor.numpy()).all():
-                raise DyntcError(f"the store is damaged: label {name!r} of version {version} has non-finite points; "
-                                 "restore an earlier version")
-            out[name] = (texts, tensor, parts)
-        return out
 
     @staticmethod
     def _blob(db: Any, key: str, what: str) -> bytes:
