@@ -10,13 +10,15 @@ the difference all there is to read."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from dyntc.classifier.store.schema import content_hash, meta, points_tensor
+from dyntc.classifier.store.schema import head as read_head
 from dyntc.errors import DyntcError
 
 _CHUNK = 500  # ids per IN (...) list
@@ -32,15 +34,13 @@ class Changes:
     removed: list[str]  # names alive at the earlier version and not now (removed or renamed)
 
 
-def changes_since(db: Any, store_id: str, since: int) -> Changes | None:
+def changes_since(db: Any, store_id: str, since: int, blob: Callable[[Any, str, str], bytes]) -> Changes | None:
     """The head as its difference to version `since` of store `store_id`, read in `db`'s transaction
-    and verified as a full read is; None when that is not what differs: another store, `since` no
-    longer kept, or the model document or weights changed."""
-    from dyntc.classifier.store import ModelStore, _content_hash, _points_tensor
-
-    if (ModelStore._meta(db, "store_id") or "") != store_id:
+    and verified as a full read is (`blob` reads a verified blob); None when that is not what differs:
+    another store, `since` no longer kept, or the model document or weights changed."""
+    if (meta(db, "store_id") or "") != store_id:
         return None
-    head = ModelStore.head(db)
+    head = read_head(db)
     rows = {r[0]: tuple(r[1:]) for r in db.execute("SELECT id, model, weights FROM versions WHERE id IN (?, ?)",
                                                     (since, head)).fetchall()}
     if head < since or since not in rows or rows[since] != rows[head]:
@@ -51,11 +51,11 @@ def changes_since(db: Any, store_id: str, since: int) -> Changes | None:
         (since, head) * 4).fetchall())
     then, now = _names_at(db, since, changed), _names_at(db, head, changed)
     removed = sorted({name for label, name in then.items() if now.get(label) != name})
-    document = json.loads(ModelStore._blob(db, rows[head][0], f"the model document of version {head}").decode("utf-8"))
+    document = json.loads(blob(db, rows[head][0], f"the model document of version {head}").decode("utf-8"))
     grouped: dict[str, tuple[list[str], list[bytes], list[int]]] = {}
     for label, _, _, part, content, key, text, point in _members_at(db, head, sorted(now)):
         name, point = now[label], bytes(point)
-        if _content_hash(text, point) != bytes(key):
+        if content_hash(text, point) != bytes(key):
             raise DyntcError(f"the store is damaged: an example of label {name!r} in version {head} does not match "
                              f"its hash (content {content}); restore a version without it")
         texts, points, parts = grouped.setdefault(name, ([], [], []))
@@ -64,7 +64,7 @@ def changes_since(db: Any, store_id: str, since: int) -> Changes | None:
         parts.append(part)
     labels = {}
     for name, (texts, points, parts) in sorted(grouped.items()):
-        tensor = _points_tensor(points, document.get("dim", 0))
+        tensor = points_tensor(points, document.get("dim", 0))
         if not np.isfinite(tensor.numpy()).all():
             raise DyntcError(f"the store is damaged: label {name!r} of version {head} has non-finite points; "
                              "restore an earlier version")
