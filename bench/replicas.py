@@ -121,6 +121,32 @@ def visible(replicas: list[Replica], model: str, env: dict, writes: int) -> None
           f"{ms(delays)} |")
     print(f"| an HTTP write (POST /labels) until acknowledged | {ms(acks)} |")
     print(f"| a `dyntc labels add` process, start to exit | {ms(cli)} |\n", flush=True)
+    read_costs(model)
+
+
+def read_costs(model: str) -> None:
+    """What a replica reads to follow a write: the labels changed since the version it serves
+    (``changes_since``), against the whole version (what it read before, and at start)."""
+    from dyntc.classifier.store import ModelStore
+
+    store = ModelStore.open(model)
+    snap = store.read()
+    n = sum(len(texts) for texts, _, _ in snap.labels.values())
+    full, delta = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        store.read()
+        full.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        changes = store.changes_since(snap.store_id, snap.version - 1)
+        delta.append(time.perf_counter() - t0)
+    changed = sum(len(texts) for texts, _, _ in changes.labels.values())
+    per_example = min(full) / n
+    print("| read by a replica | examples | best of 3, ms |\n|---|---:|---:|")
+    print(f"| the last write's difference (`changes_since`) | {changed} | {min(delta) * 1000:.0f} |")
+    print(f"| the whole newest version (`read`) | {n} | {min(full) * 1000:.0f} |")
+    print(f"\nA write is read as the whole support of each label it changed: at {per_example * 1e6:.0f} µs per "
+          f"example, a label of about {0.5 / per_example:,.0f} examples takes half a second to read here.\n", flush=True)
 
 
 def throughput(targets: list[Replica], texts: list[str], clients: int, batch: int, seconds: float) -> float:

@@ -100,8 +100,8 @@ class StoreMonitor:
 class HeadRefresher:
     """The one thread that retrains the cosine head of a service, always on the newest version it
     serves. Every version swapped in pokes it; it starts once no poke came for the head's
-    ``refresh_delay`` (or ``REFRESH_MAX_DEFER_S`` after the first of a burst), so a burst of writes
-    costs one refresh, not one per write. A refresh finished after a newer version was swapped in
+    ``refresh_delay``, and at the latest ``REFRESH_MAX_DEFER_S`` (or that delay, if longer) after the
+    first poke of a burst, so a burst of writes costs one refresh or two, not one per write. A refresh finished after a newer version was swapped in
     is passed on to it for its unchanged labels, and the next refresh trains that newer version:
     versions superseded meanwhile are never trained."""
 
@@ -134,7 +134,7 @@ class HeadRefresher:
                 if self.stop.is_set():
                     return
                 quiet = self._delay()
-                due = min(self._poked_at + quiet, self._first_poke + REFRESH_MAX_DEFER_S)
+                due = min(self._poked_at + quiet, self._first_poke + max(quiet, REFRESH_MAX_DEFER_S))
                 if time.monotonic() < due:
                     self._cond.wait(due - time.monotonic())
                     continue
