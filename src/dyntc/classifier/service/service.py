@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,7 +43,6 @@ PROBE_EVERY_S = 1.0  #: how often the monitor asks the store for its identity an
 PROBE_TIMEOUT_S = 3.0  #: a probe unanswered this long marks the store away (degraded)
 WRITE_WAIT_S = 30.0  #: how long a write waits for this service's previous write before a 503
 REFRESH_MAX_DEFER_S = 10.0  #: a burst of writes defers the head's refresh at most this long
-REFRESH_NICE = 10  #: the refresher thread's niceness above the requests' (Linux)
 
 
 class StoreMonitor:
@@ -122,11 +120,6 @@ class HeadRefresher:
             self._cond.notify_all()
 
     def run(self) -> None:
-        try:  # Linux: this thread only (a thread id is a process id to setpriority); requests come first
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + REFRESH_NICE))
-        except (AttributeError, OSError):  # not Linux, or not allowed: the same priority as requests
-            pass
         while not self.stop.is_set():
             with self._cond:
                 while self._poked_at is None and not self.stop.is_set():
