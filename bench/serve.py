@@ -22,8 +22,8 @@ side), so that other work on the machine weighs on both sides alike.
 
 Bounded: a fixed time or number of requests per phase, each request with a timeout; loopback only.
 
-    DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.serve
-    DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.serve --intents 150 --phases slow,burst
+    .venv/bin/python -m bench.serve
+    .venv/bin/python -m bench.serve --intents 150 --phases slow,burst
 """
 
 from __future__ import annotations
