@@ -46,7 +46,7 @@ from dyntc.classifier import trainer
 from dyntc.classifier import replay, saving
 from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.live_head import LiveHead, carry, head_config, view
+from dyntc.classifier.live_head import LiveHead, adopt, head_config
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
@@ -125,6 +125,13 @@ class DynamicClassifier:
     seed, device, progress
         Random seed; torch device for training and prediction (``"cpu"``, ``"cuda"``); progress bars.
     """
+
+    #: Whether the cosine head refreshes by itself: in a background thread after label operations, and
+    #: at the first prediction of a classifier never refreshed (copies inherit it). Set False on an
+    #: instance to refresh only by calling :meth:`refresh`; changed labels are then scored by their
+    #: prototype and no prediction ever trains (a service holding many versions of one model refreshes
+    #: only the newest and passes the result on with :meth:`adopt_head`).
+    auto_refresh: bool = True
 
     def __init__(
         self,
@@ -469,7 +476,8 @@ class DynamicClassifier:
         if live is None:
             owner = weakref.ref(self)
             live = self.__dict__.setdefault("_live", LiveHead(
-                self.head_options, lambda: getattr(owner(), "_labels", None), auto=self.auto_refresh))
+                self.head_options, lambda: getattr(owner(), "_labels", None),
+                auto=lambda: getattr(owner(), "auto_refresh", True)))
         return live
 
     def refresh(self, wait: bool = True) -> dict | None:
@@ -488,40 +496,16 @@ class DynamicClassifier:
             return None
         return live.refresh(self._labels, force=True)
 
-    @property
-    def auto_refresh(self) -> bool:
-        """Whether the cosine head refreshes by itself: in a background thread after label operations,
-        and at the first prediction of a classifier never refreshed (default True; copies inherit it).
-        False: only when :meth:`refresh` is called; until then changed labels are scored by their
-        prototype and no prediction ever trains (a service that holds many versions of one model and
-        refreshes only the newest, with :meth:`adopt_head` to pass the result on)."""
-        return self.__dict__.get("_auto_refresh", True)
-
-    @auto_refresh.setter
-    def auto_refresh(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise DyntcError(f"auto_refresh must be True or False, got {value!r}")
-        self.__dict__["_auto_refresh"] = value
-        live = self.__dict__.get("_live")
-        if live is not None:
-            live.auto = value
-
     def adopt_head(self, other: "DynamicClassifier") -> list[str]:
         """Score with the cosine head `other` (another version of the same model) last trained, for
         every label whose examples are the same in both; the other labels are scored by their
         prototype until the next refresh. Nothing is trained: a version just loaded answers at once
         with what the version before it learnt. Returns the labels scored by their prototype."""
-        self._check_fitted()
-        if not isinstance(other, DynamicClassifier):
-            raise DyntcError(f"adopt_head takes a DynamicClassifier, got {type(other).__name__}")
-        other._check_fitted()
-        if self.head is None or other.head != self.head or other.head_options != self.head_options:
-            raise DyntcError(f"adopt_head needs two classifiers with the same head and head_options (got head="
-                             f"{self.head!r} and {other.head!r})")
-        trained = carry(other._labels.head, self._labels)
-        if trained is not None:
-            self._labels.head = trained
-        return list(view(self._labels, self._live_head().config).imprinted)
+        if not (isinstance(other, DynamicClassifier) and self.head is not None and
+                (other.head, other.head_options) == (self.head, self.head_options)):
+            raise DyntcError("adopt_head takes a DynamicClassifier with the same head and head_options, got "
+                             f"{other!r}")
+        return adopt(self._live_head(), self.labels_, other.labels_)
 
     def wait_for_refresh(self, timeout: float | None = None) -> bool:
         """Block until no background refresh is pending or running (at most `timeout` seconds); True if idle."""
@@ -742,13 +726,8 @@ class DynamicClassifier:
         in between (the changed labels read and recomputed, the rest shared with `base`, which is left
         as it was), else in full."""
         store = saving.open_store(path)
-        if base is not None and version is None:
-            if not isinstance(base, DynamicClassifier):
-                raise DyntcError(f"base must be a DynamicClassifier loaded from {path!r}, got {type(base).__name__}")
-            newer = saving.read_changes(store, base)
-            if newer is not None:
-                return newer
-        return cls._from_snapshot(store.read(version))
+        newer = None if base is None or version is not None else saving.read_changes(store, base)
+        return newer if newer is not None else cls._from_snapshot(store.read(version))
 
     @classmethod
     def _from_snapshot(cls, snap) -> Self:

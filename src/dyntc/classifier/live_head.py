@@ -220,6 +220,15 @@ def carry(trained: Trained | None, labels: Any) -> Trained | None:
     return Trained(tuple(entries), trained.scale, trained.imprint_offset, trained.info)
 
 
+def adopt(live: "LiveHead", labels: Any, other: Any) -> list[str]:
+    """Score `labels` with the head last trained for `other` (another label set of the same model),
+    carried over by :func:`carry`; returns the labels scored by their prototype."""
+    trained = carry(other.head, labels)
+    if trained is not None:
+        labels.head = trained
+    return list(view(labels, live.config).imprinted)
+
+
 # --------------------------------------------------------------------------- refresh
 
 
@@ -339,9 +348,10 @@ class LiveHead:
     `current_labels` gives the classifier's label set of the moment: labels changed during a refresh
     are refreshed again only if they are still the classifier's."""
 
-    def __init__(self, options: Mapping[str, Any] | None, current_labels: Callable[[], Any], *, auto: bool = True):
+    def __init__(self, options: Mapping[str, Any] | None, current_labels: Callable[[], Any], *,
+                 auto: Callable[[], bool] = lambda: True):
         self.config, delay = head_config(options)
-        self.auto = auto  # refresh by itself (after label operations, at the first prediction); else only when asked
+        self._auto = auto  # refresh by itself (after label operations, at the first prediction)? else only when asked
         self._current_labels = current_labels
         self._lock = threading.Lock()
         self._retired = False
@@ -354,7 +364,7 @@ class LiveHead:
         """The scoring view of `labels`; a label set whose head was never trained (just loaded, refitted,
         options changed) is trained now, unless the head refreshes only when asked (``auto`` False): then
         every label is scored by its prototype until then."""
-        if labels.head is None and self.auto:
+        if labels.head is None and self._auto():
             self.refresh(labels)
         return view(labels, self.config)
 
@@ -377,7 +387,7 @@ class LiveHead:
             labels.head = trained
             now = view(labels, self.config)
         changed = set(map(id, now.supports)) - set(map(id, snapshot.supports))
-        if changed and self.auto and labels is self._current_labels():
+        if changed and self._auto() and labels is self._current_labels():
             self.refresher.schedule(labels)
         return {**trained.info, "imprinted": list(now.imprinted)}
 
@@ -388,7 +398,7 @@ class LiveHead:
     def labels_changed(self, labels: Any) -> None:
         """After a label operation: the touched labels are imprinted at once; a refresh follows in the
         background (once the head was trained: until then, the first prediction trains it)."""
-        if labels.head is not None and self.auto:
+        if labels.head is not None and self._auto():
             self.refresher.schedule(labels)
 
     def status(self, labels: Any) -> dict | None:

@@ -62,6 +62,8 @@ def read_changes(store: ModelStore, base: Any) -> Any:
     """The newest version of `store` as a copy of `base` (a classifier loaded from or committed to an
     earlier version of it) with the labels changed since replaced, or None when it cannot be read that
     way (another store, `base`'s version pruned, or the network, parameters or calibration changed)."""
+    if not hasattr(base, "_source"):
+        raise DyntcError(f"base must be a DynamicClassifier loaded from {store.where}, got {type(base).__name__}")
     source = base._source
     if source is None:
         return None
