@@ -3,8 +3,8 @@
 :func:`discover` takes a :class:`~dyntc.classifier.labels.LabelSet` and the points of unlabelled
 texts (embedded by the classifier's own encoder) and returns a :class:`Discovery`: the proposed new
 clusters and, for every text, the existing label, the new cluster, or None (noise) it belongs to.
-:func:`accept` turns chosen clusters into labels. ``DynamicClassifier.discover`` / ``accept`` are
-thin wrappers around these.
+:func:`add_clusters` turns chosen clusters into labels. ``DynamicClassifier.discover`` / ``accept``
+are :func:`discover_for` / :func:`accept`.
 
 How (the measurements behind each step are in docs/discovery.md):
 
@@ -23,7 +23,7 @@ How (the measurements behind each step are in docs/discovery.md):
    and reports its most central texts, cohesion (mean cosine to its centre in the adapted metric)
    and the nearest existing label with its distance in the classifier's own metric.
 
-A :class:`Discovery` remembers the label set it was made on; :func:`accept` refuses it once that
+A :class:`Discovery` remembers the label set it was made on; :func:`add_clusters` refuses it once that
 set has changed (labels added, removed or renamed): run ``discover`` again.
 """
 
@@ -245,6 +245,29 @@ def _clusters(labels: LabelSet, texts: list[str], points: torch.Tensor, x: np.nd
     return clusters, outcome
 
 
+# ---------------------------------------------------------------------------------------- the classifier's methods
+
+
+def discover_for(clf, texts: Sequence[str], n_new: int | None = None, **options) -> Discovery:
+    """``DynamicClassifier.discover(texts, n_new=None, **options)``: group `texts` (distinct,
+    unlabelled) into the existing labels and `n_new` proposed new clusters (None: estimated);
+    `options`: ``max_new``, ``min_cluster_size``, ``mode`` (``"default"`` or ``"fast"``), ``seed``
+    (default: the classifier's). Changes nothing: ``accept`` adds clusters."""
+    clf._check_fitted()
+    texts = check_texts(texts, 0)  # empty and repeated texts refused before embedding
+    return discover(clf.labels_, texts, clf.space_.embed(texts), n_new, **{"seed": clf.seed, **options})
+
+
+def accept(clf, discovery: "Discovery", clusters=None, *, add_examples: bool = False) -> list[str]:
+    """``DynamicClassifier.accept(discovery, clusters=None, *, add_examples=False)``: add the chosen
+    clusters of `discovery` (None = all; names or 0-based positions) as labels, in one label-set
+    change (one version when saved or committed). A discovery made before the label set changed is
+    refused. With `add_examples` the texts it assigned to existing labels join them. Returns the new
+    label set."""
+    add_clusters(clf.labels_, discovery, clusters, add_examples=add_examples)
+    return clf._labels_changed()
+
+
 # ---------------------------------------------------------------------------------------- accept
 
 
@@ -284,7 +307,7 @@ def check_fresh(discovery: Discovery, labels: LabelSet) -> None:
                          "the current labels")
 
 
-def accept(labels: LabelSet, discovery: Discovery, clusters=None, *, add_examples: bool = False) -> list[str]:
+def add_clusters(labels: LabelSet, discovery: Discovery, clusters=None, *, add_examples: bool = False) -> list[str]:
     """Add the chosen clusters of `discovery` to `labels` as labels (their texts are the support); with
     `add_examples`, the texts assigned to existing labels also join those labels. Returns the new labels."""
     if not isinstance(discovery, Discovery):

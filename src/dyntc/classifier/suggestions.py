@@ -170,3 +170,9 @@ def _splits(labels: LabelSet, x: np.ndarray, y: np.ndarray, texts: list[str], th
             "part_distance": round(1.0 - float(centres[0] @ centres[1]), 6), "nearest_label_gap": round(gap, 6),
             "examples": {p: g[:EXAMPLES] for p, g in parts.items()}}, parts))
     return out
+
+
+def suggest_for(clf, **options) -> list[Suggestion]:
+    """``DynamicClassifier.suggest(**options)``: merge and split suggestions for the classifier's
+    current label set, strongest first, each with its evidence; `options` are :func:`suggest`'s."""
+    return suggest(clf.labels_, **options)
