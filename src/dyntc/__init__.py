@@ -1,9 +1,9 @@
 """dyntc: dynamic text classification with metric learning (Wohlwend et al., 2019, and beyond)."""
 
 from dyntc._version import __version__
-from dyntc.errors import DyntcError, NotFittedError
+from dyntc.errors import DyntcError, DyntcWarning, NotFittedError
 
-__all__ = ["__version__", "DynamicClassifier", "DyntcError", "NotFittedError"]
+__all__ = ["__version__", "DynamicClassifier", "DyntcError", "DyntcWarning", "NotFittedError"]
 
 
 def __getattr__(name: str):
