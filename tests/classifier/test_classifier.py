@@ -77,7 +77,7 @@ def test_fit_and_fine_tune_featurize_each_text_once(clinc, monkeypatch):
 
 
 def test_fit_learns_and_predicts(fitted, clinc):
-    assert fitted.classes_ == sorted(OLD)
+    assert list(fitted.classes_) == sorted(OLD)
     assert fitted.support_counts() == {y: len(clinc["train"][y]) for y in sorted(OLD)}
     texts, labels = _flat(clinc["test"], OLD)
     assert fitted.score(texts, labels) > 0.7  # chance: 1/6
@@ -140,7 +140,7 @@ def test_fine_tune_on_unknown_labels_changes_nothing(clf):
     changed, log = set(clf.labels_.changed), list(clf.labels_.log)
     with pytest.raises(DyntcError, match="add them with add_label first"):
         clf.fine_tune(["hello"], ["nope"])
-    assert clf.classes_ == sorted(OLD)
+    assert list(clf.classes_) == sorted(OLD)
     assert dict(clf.labels_.items()) == before  # the very same (immutable) support sets
     assert clf.labels_.changed == changed and clf.labels_.log == log
 

@@ -86,7 +86,7 @@ def test_batch_size_is_checked_when_set():
 
 def test_fit_builds_one_prototype_per_label_from_all_its_examples():
     clf = toy_classifier(head=None)
-    assert clf.classes_ == LABELS and clf.n_classes_ == 4
+    assert list(clf.classes_) == LABELS and clf.n_classes_ == 4
     assert clf.support_counts() == {y: 10 for y in LABELS}
     assert all(clf.support(y) == TEXTS[y] for y in LABELS)
     assert clf.train_result_ is None and clf.version_ is None and clf.calibration_ is None  # nothing trained
@@ -121,7 +121,7 @@ def test_fit_again_replaces_everything():
     clf = toy_classifier(head=None)
     clf.add_label("coin", ["flip a coin", "heads or tails"])
     clf.fit(TEXTS["alarm"] + TEXTS["timer"], ["alarm"] * 10 + ["timer"] * 10)
-    assert clf.classes_ == ["alarm", "timer"] and clf.support_counts() == {"alarm": 10, "timer": 10}
+    assert list(clf.classes_) == ["alarm", "timer"] and clf.support_counts() == {"alarm": 10, "timer": 10}
 
 
 @pytest.mark.parametrize(
@@ -291,7 +291,7 @@ def test_save_load_round_trip_identical(tmp_path, head):
     assert clf.version_ == 1
     loaded = DynamicClassifier.load(path)
     texts = ALL_TEXTS + list(QUERIES.values()) + ["flip a coin please"]
-    assert loaded.classes_ == clf.classes_ == ["alarm_or_timer", "balance", "coin", "forecast"]
+    assert list(loaded.classes_) == list(clf.classes_) == ["alarm_or_timer", "balance", "coin", "forecast"]
     assert loaded.support_counts() == clf.support_counts()
     assert all(loaded.support(c) == clf.support(c) for c in clf.classes_)
     assert loaded.labels_.support("alarm_or_timer").n_parts == 2

@@ -551,7 +551,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         return self._public(-labels.sq_distances(points).double() if live is None else live.scores(labels, points))
 
     def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """The squared distances that :meth:`decision_function`'s scores stand for, ``(n, n_classes)``:
+        """The squared distances that :meth:`label_scores` stand for, ``(n, n_classes)``:
         ``-s`` with ``head=None`` (``d²`` to the nearest part's prototype, support-size corrected); with
         the cosine head ``2 − 2 s / scale``, the squared distance on the unit sphere between the text's
         direction and the label's weight (plus twice the offset of an imprinted label). The nearest
@@ -572,12 +572,18 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         threshold = self.require_calibration("predict(reject=True)").threshold if reject else None
         return answers.best(self.classes_, self.squared_distances(self._scores(texts)), threshold)
 
-    def decision_function(self, texts: Sequence[str]) -> np.ndarray:
+    def label_scores(self, texts: Sequence[str]) -> np.ndarray:
         """Every label's score, ``(n, n_classes)`` (higher = better); columns in ``classes_`` order: the
         cosine head's ``scale · (cos − offset)``, or ``-d²`` to every prototype with ``head=None``.
         :meth:`predict`, :meth:`predict_proba`, :meth:`top_k`, :meth:`rank` and :meth:`prediction_records`
         all derive from it, so a caller needing several of them embeds the texts once with this."""
         return self._scores(texts).numpy()
+
+    def decision_function(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`label_scores` as scikit-learn shapes it: ``(n, n_classes)``, except with two labels
+        ``(n,)``, the second label's score minus the first's (> 0: ``classes_[1]``)."""
+        scores = self.label_scores(texts)
+        return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """``softmax(scores / T)`` over :meth:`decision_function`'s scores, ``(n, n_classes)``; columns in
@@ -586,8 +592,11 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         return self.proba_from_scores(self._scores(texts))
 
     def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
-        """:meth:`predict_proba` from scores already computed (:meth:`decision_function`)."""
-        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
+        """:meth:`predict_proba` from scores already computed (:meth:`label_scores`, or the
+        :meth:`decision_function` of a two-label classifier)."""
+        scores = torch.as_tensor(scores).double()
+        scores = torch.stack([torch.zeros_like(scores), scores], 1) if scores.ndim == 1 else scores
+        return torch.softmax(scores / self.temperature_, dim=1).numpy()
 
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[Any, float]]]:
         """For every text, the `k` best labels as ``(label, distance)``, nearest (best-scored) first;
@@ -595,7 +604,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         return self.nearest_labels(self.squared_distances(self._scores(texts)), answers.check_k(k))
 
     def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[Any, float]]]:
-        """From squared distances ``(n, n_classes)`` (``squared_distances(decision_function(texts))``), the
+        """From squared distances ``(n, n_classes)`` (``squared_distances(label_scores(texts))``), the
         `k` nearest labels of every row as ``(label, distance)``, nearest first."""
         return answers.nearest(list(self.classes_), sq_distances, k)
 
@@ -608,12 +617,15 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     def prediction_records(self, scores: np.ndarray, *, top_k: int = 1, proba: bool = False,
                            reject: bool = False, ranking: int = 0) -> list[dict]:
-        """One JSON-able answer per row of `scores` (from :meth:`decision_function`): ``label`` (None
+        """One JSON-able answer per row of `scores` (from :meth:`label_scores`): ``label`` (None
         with `reject` when the nearest label is farther than the calibrated threshold, as in
         :meth:`predict`), with `proba` its ``probability``, with `top_k` > 1 the ``top_k`` nearest
         labels and their distances (:meth:`top_k`'s), with `ranking` > 0 the ``ranking`` of that many
         labels by probability (``[{"label", "confidence"}]``, :meth:`rank`'s); numbers rounded to 6
         digits. ``dyntc predict`` and ``dyntc serve`` answer with these records."""
+        if np.ndim(scores) != 2:
+            raise DyntcError(f"scores must be (n, n_classes) label_scores, got shape {np.shape(scores)} (a two-label "
+                             "decision_function is 1-D): pass label_scores(texts)")
         answers.check_k(top_k, "top_k")
         answers.check_k(ranking, "ranking", low=0)
         threshold = self.require_calibration("reject").threshold if reject else None

@@ -44,6 +44,8 @@ def flat_labels(labels: Any, arg: str = "labels") -> list:
     warning); any other array of more than one dimension is an error."""
     from sklearn.utils.validation import column_or_1d
 
+    if hasattr(labels, "__array__") and not isinstance(labels, np.ndarray) and not hasattr(labels, "to_numpy"):
+        labels = np.asarray(labels)  # an array-like that is not a sequence
     if isinstance(labels, str) or not isinstance(labels, Iterable):
         raise DyntcError(f"{arg} must be a list of labels, got {type(labels).__name__}")
     if hasattr(labels, "ndim") and labels.ndim != 1:
@@ -98,6 +100,12 @@ class LabelCodec:
                 raise DyntcError(f"{arg} is {label!r} ({type(label).__name__}) but this classifier's labels are "
                                  "strings: pass a str")
             return label
+        if isinstance(label, str):  # a stored name, as the CLI and the HTTP service pass labels
+            value = _from_name(self.kind, label)
+            if value is _UNREADABLE:
+                raise DyntcError(f"{arg} {label!r} is not a label of this classifier, whose labels are "
+                                 f"{'integers' if self.kind == 'int' else 'Python literals such as tuples'}")
+            return self.name(value, arg)
         if _kind_of(label) != self.kind:
             raise DyntcError(f"{arg} is {label!r} ({type(label).__name__}) but this classifier's labels are "
                              f"{'integers' if self.kind == 'int' else 'Python literals such as tuples'}: "
@@ -157,6 +165,9 @@ class LabelCodec:
         order = self.order(names)
         objects = self.labels(names if order is None else [names[i] for i in order])
         if self.kind == "literal":
+            plain = np.asarray(objects) if objects else None
+            if plain is not None and plain.ndim == 1 and plain.dtype != object:
+                return plain  # bools, floats: as np.unique would hold them
             out = np.empty(len(objects), dtype=object)
             out[:] = objects
             return out
@@ -170,6 +181,16 @@ def _plain(label: Any) -> Any:
     if isinstance(label, tuple):
         return tuple(_plain(v) for v in label)
     return label
+
+
+def _from_name(kind: str, name: str) -> Any:
+    if kind == "int":
+        try:
+            return int(name)
+        except ValueError:
+            return _UNREADABLE
+    value = _literal(name)
+    return _UNREADABLE if isinstance(value, str) or _kind_of(value) != kind else value
 
 
 def _literal(name: str) -> Any:

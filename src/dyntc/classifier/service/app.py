@@ -228,7 +228,10 @@ class Service:
 class PredictRequest(BaseModel):
     texts: list[StrictStr] = Field(description="Texts to classify (at most the service's max batch)")
     top_k: StrictInt = Field(1, ge=1, le=1_000, description="Also return the k nearest labels with their distances")
-    proba: StrictBool = Field(False, description="Add the probability of the predicted label (softmax of -d²/T)")
+    proba: StrictBool = Field(False, description="Add the probability of the predicted label (softmax of the "
+                                                 "model's scores / T: the cosine head's by default; T from calibrate)")
+    ranking: StrictInt = Field(0, ge=0, le=1_000, description="Also return the k most probable labels with their "
+                                                              "confidences (like Rasa's intent_ranking); 0 = none")
     reject: StrictBool = Field(False, description="Label out-of-scope texts null (needs a calibrated model)")
 
 
@@ -471,10 +474,11 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
             clf.require_calibration("reject=true")
         with service.workers.take(chars):
             # in chunks: between two, the interpreter lock is free for a short request's Python work
-            scores = np.concatenate([clf.decision_function(req.texts[i: i + EMBED_CHUNK])
+            scores = np.concatenate([clf.label_scores(req.texts[i: i + EMBED_CHUNK])
                                      for i in range(0, len(req.texts), EMBED_CHUNK)])
-        return {"version": clf.version_, "labels": clf.classes_,
-                "results": clf.prediction_records(scores, top_k=req.top_k, proba=req.proba, reject=req.reject)}
+        return {"version": clf.version_, "labels": clf.classes_.tolist(),
+                "results": clf.prediction_records(scores, top_k=req.top_k, proba=req.proba, reject=req.reject,
+                                                  ranking=req.ranking)}
 
     @app.get("/labels", dependencies=[Depends(reader)])
     def labels() -> dict:
