@@ -5,7 +5,8 @@ the OpenMP default a process got before (torch imported first, policy unset), an
 
     python -m bench.omp_wait [--texts 40] [--busy 1]
 
-Each variant runs in its own process (the policy is read once, when torch loads its OpenMP runtime),
+Each variant runs in its own process (the policy is read once, when torch loads its OpenMP runtime;
+this module runs them as a script, since ``bench/__init__.py`` sets the policy for every benchmark),
 one after the other, while ``--busy`` busy-loop processes run. Prints the CPU, the load average, the
 median and 90th percentile latency of each variant and its ratio to the old default.
 """
@@ -75,8 +76,9 @@ def main() -> None:
     rows = {}
     try:
         for label, variant in VARIANTS.items():
-            out = subprocess.run([sys.executable, "-m", "bench.omp_wait", "--child", variant, "--texts",
-                                  str(args.texts)], env=env, capture_output=True, text=True, check=True)
+            # run as a script, not `-m bench.omp_wait`: bench/__init__.py would set the policy for every variant
+            out = subprocess.run([sys.executable, __file__, "--child", variant, "--texts", str(args.texts)],
+                                 env=env, capture_output=True, text=True, check=True)
             rows[label] = json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         for p in busy:

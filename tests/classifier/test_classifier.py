@@ -54,7 +54,7 @@ def clf(fitted):
 
 
 def _acc(clf, groups, label, expect=None):
-    pred = clf.predict(groups[label])
+    pred = clf.predict(groups[label]).tolist()
     return float(np.mean([p == (expect or label) for p in pred]))
 
 
@@ -88,7 +88,7 @@ def test_euclidean_fit(clinc):
     texts, labels = _flat(clinc["train"], OLD[:3])
     clf = DynamicClassifier(**{**SMALL, "metric": "euclidean", "episodes": 10}).fit(texts, labels)
     assert clf.encode(["hello"]).shape == (1, 64)
-    assert set(clf.predict(clinc["test"]["alarm"])) <= set(OLD[:3])
+    assert set(clf.predict(clinc["test"]["alarm"]).tolist()) <= set(OLD[:3])
 
 
 # ------------------------------------------------------------------------------- vocabulary and fine_tune
@@ -246,9 +246,9 @@ def test_train_backbone_on_cuda(clinc):
                             max_classes=3, device="cuda").fit(texts, labels)
     assert clf.train_result_.steps == 5
     on_gpu = clf.encode(texts[:16])
-    pred = clf.predict(texts[:16])
+    pred = clf.predict(texts[:16]).tolist()
     clf.set_params(device="cpu")
     np.testing.assert_allclose(clf.encode(texts[:16]), on_gpu, atol=1e-4)
-    assert clf.predict(texts[:16]) == pred
+    assert clf.predict(texts[:16]).tolist() == pred
 
 

@@ -93,7 +93,7 @@ def test_failed_edit_is_discarded(saved):
     assert DynamicClassifier.load(saved).classes_ == sorted(LABELS)
     assert len(DynamicClassifier.versions(saved)) == 1
     with DynamicClassifier.edit(saved) as clf:  # nothing changed: no version
-        clf.predict(["hello"])
+        clf.predict(["hello"]).tolist()
     assert len(DynamicClassifier.versions(saved)) == 1
 
 

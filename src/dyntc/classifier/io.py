@@ -121,7 +121,8 @@ def read_rows(path: str | Path, fmt: str | None = None) -> Rows:
     if not path.is_file():
         raise DyntcError(f"file {str(path)!r} does not exist")
     try:
-        content = path.read_text(encoding="utf-8-sig")
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # newline="": a CSV field's \r\n stays
+            content = fh.read()
     except UnicodeDecodeError as exc:
         raise DyntcError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): save it as UTF-8") from None
     rows = {"csv": _read_csv, "jsonl": _read_jsonl, "rasa": _read_rasa}[fmt](content, path)

@@ -271,8 +271,8 @@ class LabelSet:
 
     def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> None:
         """Replace `name` by the labels of `parts` (``{new: examples}``, at least two). With `reassign`
-        each old support example also joins the new label whose prototype is nearest (stored points
-        reused, nothing re-encoded)."""
+        each old support example not given again in `parts` also joins the new label whose prototype
+        is nearest (stored points reused, nothing re-encoded)."""
         self.require(name)
         if not isinstance(parts, Mapping):
             raise DyntcError("parts must be a dict {new_label: [example texts, ...]}")
@@ -290,8 +290,10 @@ class LabelSet:
             names = list(new_sets)
             protos = self.space.means([new_sets[n].points for n in names])
             nearest = self.space.sq_distances(old.points, protos).argmin(1)
+            given = {t for s in new_sets.values() for t in s.texts}  # an old example given again is not doubled
+            keep = torch.tensor([t not in given for t in old.texts], dtype=torch.bool)
             for j, new in enumerate(names):
-                idx = torch.nonzero(nearest == j).flatten()
+                idx = torch.nonzero((nearest == j) & keep).flatten()
                 if len(idx):
                     s = new_sets[new]
                     new_sets[new] = Support(s.texts + tuple(old.texts[i] for i in idx.tolist()),

@@ -67,6 +67,9 @@ class LabelCodec:
     @classmethod
     def of(cls, labels: Sequence[Any], arg: str = "labels") -> "LabelCodec":
         """The codec of `labels` (all of one kind; a list of strings gives the plain ``"str"`` codec)."""
+        missing = next((i for i, y in enumerate(labels) if y is None), None)
+        if missing is not None:
+            raise DyntcError(f"{arg}[{missing}] is None: every text needs a label (None means out of scope in predict)")
         kinds = {_kind_of(y) for y in labels}
         if len(kinds) > 1:
             raise DyntcError(f"{arg} mix {' and '.join(sorted(kinds))} labels, which cannot be ordered: "
