@@ -188,10 +188,6 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     def __sklearn_is_fitted__(self) -> bool:
         return getattr(self, "space_", None) is not None
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return cls._get_param_names()
-
     @recorded
     def set_params(self, **params) -> Self:
         """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
@@ -200,7 +196,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         Unlike scikit-learn's own estimators, a bad value is refused here, not at the next ``fit``."""
         from dyntc.core.machine import check_device
 
-        valid = self._param_names()
+        valid = self._get_param_names()
         for name, value in params.items():
             if name not in valid:
                 raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
@@ -347,7 +343,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         config = network.encoder.config()
         params.setdefault("encoder", encoder_name(config))
         for name in ("hidden_size", "num_layers", "dropout", "max_len", "embeddings"):
-            if name in config and name in cls._param_names():
+            if name in config and name in cls._get_param_names():
                 params.setdefault(name, config[name])
         clf = cls(**params)
         validate_params(clf.get_params())
@@ -739,7 +735,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     @classmethod
     def _from_snapshot(cls, snap) -> Self:
-        clf = cls(**saving.stored_params(snap, cls._param_names()))
+        clf = cls(**saving.stored_params(snap, cls._get_param_names()))
         clf.space_, clf._labels, clf.calibration_ = saving.read_version(snap, clf.get_params())
         clf._codec = LabelCodec.from_document(snap.document.get("label_type"))
         clf._source = (snap.store_id, snap.version)
