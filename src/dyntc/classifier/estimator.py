@@ -601,14 +601,14 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[Any, float]]]:
         """From squared distances ``(n, n_classes)`` (``squared_distances(label_scores(texts))``), the
         `k` nearest labels of every row as ``(label, distance)``, nearest first."""
-        return answers.nearest(list(self.classes_), sq_distances, k)
+        return answers.nearest(self.classes_.tolist(), sq_distances, k)
 
     def rank(self, texts: Sequence[str], k: int | None = answers.RANKING_LENGTH) -> list[list[tuple[Any, float]]]:
         """For every text, its `k` most probable labels (all with ``k=None``) as ``(label, confidence)``,
         most probable first: :meth:`predict_proba`'s row, like Rasa's ``intent_ranking``. Confidences
         are calibrated once :meth:`calibrate` has fitted the temperature."""
         k = self.n_classes_ if k is None else answers.check_k(k)
-        return answers.ranking(list(self.classes_), self.predict_proba(texts), k)
+        return answers.ranking(self.classes_.tolist(), self.predict_proba(texts), k)
 
     def prediction_records(self, scores: np.ndarray, *, top_k: int = 1, proba: bool = False,
                            reject: bool = False, ranking: int = 0) -> list[dict]:
