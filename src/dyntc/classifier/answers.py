@@ -1,5 +1,5 @@
 """What a :class:`~dyntc.classifier.DynamicClassifier` answers for a batch of texts, from the scores
-it computed once (``decision_function``): the nearest labels with their distances (``top_k``), the
+it computed once (``label_scores``): the nearest labels with their distances (``top_k``), the
 labels ranked by probability (``rank``, Rasa's ``intent_ranking``), and the JSON-able records that
 ``dyntc predict`` and the HTTP service send. Pure functions of matrices and label lists."""
 

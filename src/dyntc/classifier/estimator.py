@@ -113,7 +113,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         map at the origin), score ``16 · (cos(x, w_c) − o_c)``, trained on every stored example by
         :meth:`fit` and by a background refresh about a second after the last label operation; a
         label changed since the last refresh is scored at once by its normalised prototype (minus an
-        offset). ``decision_function`` gives these scores and ``top_k`` / ``prediction_records`` the
+        offset). ``label_scores`` gives these scores and ``top_k`` / ``prediction_records`` the
         distances ``sqrt(2 − 2 s / 16)`` they stand for (:mod:`~dyntc.classifier.live_head`). ``None``:
         the support-size-corrected nearest-prototype scorer, ``-d²`` (the default before the head).
         Applies at once (the head is trained at the next prediction; the calibration is dropped).
@@ -581,7 +581,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
-        """``softmax(scores / T)`` over :meth:`decision_function`'s scores, ``(n, n_classes)``; columns in
+        """``softmax(scores / T)`` over :meth:`label_scores`, ``(n, n_classes)``; columns in
         ``classes_`` order. Until :meth:`calibrate` fits T it is ``prior_temperature_`` (1 with the head,
         whose scores are logits already; ``1/s`` for the model's logit scale s with ``head=None``)."""
         return self.proba_from_scores(self._scores(texts))
