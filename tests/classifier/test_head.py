@@ -109,7 +109,7 @@ def test_refresh_trains_every_label_and_a_new_label_is_imprinted_with_the_offset
     np.testing.assert_allclose(scores[:, 2:], 10.0 * (cos_c - head.imprint_offset), atol=1e-5)
     head.refresh()
     assert head.stale == set()
-    assert (np.array(head.predict(data["c"]).tolist()) == "c").mean() >= 0.8  # the 5-example label is not starved
+    assert (np.array(head.predict(data["c"])) == "c").mean() >= 0.8  # the 5-example label is not starved
 
 
 def test_a_label_changed_during_a_background_refresh_stays_imprinted():
