@@ -22,6 +22,14 @@ class NotFittedError(DyntcError, AttributeError):
     """A model was used before `fit` (or `load`)."""
 
 
+class VersionNotFoundError(DyntcError):
+    """A stored version was asked for that the store does not hold (never committed, or pruned)."""
+
+
+class CalibrationRequiredError(DyntcError):
+    """An operation needs a calibrated classifier (``reject``, probabilities fitted on its scores)."""
+
+
 class DyntcWarning(UserWarning):
     """Something accepted that is probably not what the user meant (duplicate or conflicting
     examples, examples dropped by a split, a calibration that cannot be trusted); the message says
@@ -36,3 +44,4 @@ def is_int(value) -> bool:
 def is_number(value) -> bool:
     """An int or a float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+

@@ -23,6 +23,22 @@ def check_k(k: Any, arg: str = "k", low: int = 1) -> int:
     return k
 
 
+def check_record_args(scores: Any, top_k: Any, ranking: Any) -> None:
+    """What :meth:`~dyntc.classifier.DynamicClassifier.prediction_records` is given, checked."""
+    if np.ndim(scores) != 2:
+        raise DyntcError(f"scores must be (n, n_classes) label_scores, got shape {np.shape(scores)} (a two-label "
+                         "decision_function is 1-D): pass label_scores(texts)")
+    check_k(top_k, "top_k")
+    check_k(ranking, "ranking", low=0)
+
+
+def as_matrix(scores: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """Scores as an ``(n, n_classes)`` float64 matrix; a two-label ``decision_function`` ``(n,)``, the
+    second label's score minus the first's, as ``[0, d]`` (softmax does not see the shift)."""
+    scores = torch.as_tensor(scores).double()
+    return torch.stack([torch.zeros_like(scores), scores], 1) if scores.ndim == 1 else scores
+
+
 def best(classes: np.ndarray, sq_distances: torch.Tensor, threshold: float | None) -> np.ndarray:
     """The nearest label of every row of ``(n, n_classes)`` squared distances, taken from the array
     `classes`; with a `threshold`, None (in an object array) where it is farther than that."""

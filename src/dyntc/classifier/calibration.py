@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from dyntc.errors import DyntcError, DyntcWarning, is_number
+from dyntc.errors import CalibrationRequiredError, DyntcError, DyntcWarning, is_number
 
 
 ECE_BINS = 15
@@ -195,11 +195,11 @@ def cross_fitted_proba(logits: torch.Tensor, labels: torch.Tensor, prior_tempera
 def require_calibration(cal: Calibration | None, scorer: str, head: str | None, what: str) -> Calibration:
     """`cal` if it was fitted on the `scorer` in use, or a clear error naming `what` needed it."""
     if cal is not None and cal.scorer != scorer:
-        raise DyntcError(f"{what}: the calibration was fitted on the {cal.scorer!r} scorer's scores and this "
+        raise CalibrationRequiredError(f"{what}: the calibration was fitted on the {cal.scorer!r} scorer's scores and this "
                          f"classifier scores with {scorer!r} (head={head!r}): call calibrate(texts, labels) again, "
                          "or set the head it was fitted with")
     if cal is None:
-        raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+        raise CalibrationRequiredError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
                          "labelled texts first (fine_tune resets the calibration)")
     return cal
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
@@ -48,7 +48,7 @@ from dyntc.classifier.calibration import (
     Calibration, check_max_drop, check_threshold, fit_calibration, require_calibration,
 )
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.live_head import LiveHead, head_config
+from dyntc.classifier.live_head import LiveHead, adopt, head_config
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
@@ -128,6 +128,13 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     seed, device, progress
         Random seed; torch device for training and prediction (``"cpu"``, ``"cuda"``); progress bars.
     """
+
+    #: Whether the cosine head refreshes by itself: in a background thread after label operations, and
+    #: at the first prediction of a classifier never refreshed (copies inherit it). Set False on an
+    #: instance to refresh only by calling :meth:`refresh`; changed labels are then scored by their
+    #: prototype and no prediction ever trains (a service holding many versions of one model refreshes
+    #: only the newest and passes the result on with :meth:`adopt_head`).
+    auto_refresh: bool = True
 
     def __init__(
         self,
@@ -253,14 +260,16 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         """Label objects <-> the label set's names (:mod:`~dyntc.classifier.targets`)."""
         return self.__dict__.setdefault("_codec", LabelCodec())
 
-    def _public(self, matrix: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
-        """Columns of `matrix` from the label set's name order into ``classes_`` order."""
-        order = self._targets.order(self._labels.classes)
-        return matrix if order is None else matrix[:, order]
-
     @property
     def n_classes_(self) -> int:
         return len(self.labels_)
+
+    @property
+    def store_id_(self) -> str | None:
+        """The id of the store this classifier was loaded from or last committed to (None if never): a
+        store re-created or replaced at the same location has another id."""
+        self._check_fitted()
+        return self._source[0] if self._source else None
 
     @property
     def version_(self) -> int | None:
@@ -388,9 +397,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
             raise DyntcError(f"this classifier has nothing to train (train={training_mode(params)!r}: a frozen "
                              "backbone without head); fit one with train='backbone' or train='head' to fine-tune")
         names = self._labels.classes
-        if texts is not None and labels is not None:
-            texts, labels = self._targets.encoded(texts, labels)
-        texts, labels = trainer.check_fine_tune(texts, labels, names, episodes, lr)
+        texts, labels = trainer.check_fine_tune(*self._targets.encoded(texts, labels, optional=True), names, episodes, lr)
         dev_pair = trainer.check_dev(self._targets.encoded_dev(dev), names)  # before anything changes
         config = train_config(params, episodes, self.lr if lr is None else lr)
         self.fine_tune_result_, self._labels = trainer.fine_tune(self._labels, texts, labels, dev_pair, config,
@@ -458,9 +465,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         it, the stored examples not among the given ones are dropped, with a
         :class:`~dyntc.errors.DyntcWarning` saying how many.
         """
-        key = self._targets.name(name, "name")
-        if isinstance(parts, Mapping):
-            parts = {self._targets.name(new, "new label name"): examples for new, examples in parts.items()}
+        key, parts = self._targets.name(name, "name"), self._targets.keyed(parts, "new label name")
         old = self.labels_.support(key).texts
         self._labels.split_label(key, parts, reassign=reassign)
         if not reassign:
@@ -471,9 +476,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     def merge_labels(self, names: Sequence[Any], into: Any) -> list:
         """Merge the labels `names` (at least two) into one label `into` whose support set is their
         union. `into` may be one of `names` or a new name (not another existing label)."""
-        if not isinstance(names, (str, Mapping)) and isinstance(names, Iterable):
-            names = [self._targets.name(n, "names") for n in names]
-        self.labels_.merge_labels(names, self._targets.name(into, "into"))
+        self.labels_.merge_labels(self._targets.names(names, "names", lenient=True), self._targets.name(into, "into"))
         return self._labels_changed()
 
     @recorded
@@ -496,7 +499,8 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         if live is None:
             owner = weakref.ref(self)
             live = self.__dict__.setdefault("_live", LiveHead(
-                self.head_options, lambda: getattr(owner(), "_labels", None)))
+                self.head_options, lambda: getattr(owner(), "_labels", None),
+                auto=lambda: getattr(owner(), "auto_refresh", True)))
         return live
 
     def refresh(self, wait: bool = True) -> dict | None:
@@ -517,6 +521,17 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
             return None
         live.refresher.close()  # drop the scheduled refresh, wait for a running one
         return live.refresh(self._labels, force=True)
+
+    def adopt_head(self, other: "DynamicClassifier") -> list[str]:
+        """Score with the cosine head `other` (another version of the same model) last trained, for
+        every label whose examples are the same in both; the other labels are scored by their
+        prototype until the next refresh. Nothing is trained: a version just loaded answers at once
+        with what the version before it learnt. Returns the labels scored by their prototype."""
+        if not (isinstance(other, DynamicClassifier) and self.head is not None and
+                (other.head, other.head_options) == (self.head, self.head_options)):
+            raise DyntcError("adopt_head takes a DynamicClassifier with the same head and head_options, got "
+                             f"{other!r}")
+        return adopt(self._live_head(), self.labels_, other.labels_)
 
     def wait_for_refresh(self, timeout: float | None = None) -> bool:
         """Block until no background refresh is pending or running (at most `timeout` seconds); True if idle."""
@@ -543,7 +558,8 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
             return torch.zeros(0, len(labels), dtype=torch.float64)
         points = self.space_.embed(texts)
         live = self._live_head()
-        return self._public(-labels.sq_distances(points).double() if live is None else live.scores(labels, points))
+        scores = -labels.sq_distances(points).double() if live is None else live.scores(labels, points)
+        return self._targets.public(scores, labels.classes)  # label-set name order -> classes_ order
 
     def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The squared distances that :meth:`label_scores` stand for, ``(n, n_classes)``:
@@ -589,9 +605,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
         """:meth:`predict_proba` from scores already computed (:meth:`label_scores`, or the
         :meth:`decision_function` of a two-label classifier)."""
-        scores = torch.as_tensor(scores).double()
-        scores = torch.stack([torch.zeros_like(scores), scores], 1) if scores.ndim == 1 else scores
-        return torch.softmax(scores / self.temperature_, dim=1).numpy()
+        return torch.softmax(answers.as_matrix(scores) / self.temperature_, dim=1).numpy()
 
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[Any, float]]]:
         """For every text, the `k` best labels as ``(label, distance)``, nearest (best-scored) first;
@@ -618,11 +632,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         labels and their distances (:meth:`top_k`'s), with `ranking` > 0 the ``ranking`` of that many
         labels by probability (``[{"label", "confidence"}]``, :meth:`rank`'s); numbers rounded to 6
         digits. ``dyntc predict`` and ``dyntc serve`` answer with these records."""
-        if np.ndim(scores) != 2:
-            raise DyntcError(f"scores must be (n, n_classes) label_scores, got shape {np.shape(scores)} (a two-label "
-                             "decision_function is 1-D): pass label_scores(texts)")
-        answers.check_k(top_k, "top_k")
-        answers.check_k(ranking, "ranking", low=0)
+        answers.check_record_args(scores, top_k, ranking)
         threshold = self.require_calibration("reject").threshold if reject else None
         scores = torch.as_tensor(scores).double()
         probs = self.proba_from_scores(scores) if proba or ranking else None
@@ -727,11 +737,17 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         self._source = (store_id, version)
 
     @classmethod
-    def load(cls, path: str | Path | ModelStore, version: int | None = None) -> Self:
+    def load(cls, path: str | Path | ModelStore, version: int | None = None, *,
+             base: "DynamicClassifier | None" = None) -> Self:
         """Load a saved classifier (its newest version, or `version`) from a model directory, a
         ``postgresql://`` URL or an open :class:`~dyntc.classifier.store.ModelStore`, on the CPU (set
-        ``device`` afterwards to move it)."""
-        return cls._from_snapshot(saving.open_store(path).read(version))
+        ``device`` afterwards to move it). `base`: an earlier version of the same store already
+        loaded; the newest version is then read as its difference to `base` when only labels changed
+        in between (the changed labels read and recomputed, the rest shared with `base`, which is left
+        as it was), else in full."""
+        store = saving.open_store(path)
+        newer = None if base is None or version is not None else saving.read_changes(store, base)
+        return newer if newer is not None else cls._from_snapshot(store.read(version))
 
     @classmethod
     def _from_snapshot(cls, snap) -> Self:

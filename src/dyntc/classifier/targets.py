@@ -18,7 +18,7 @@ from the label set's name order: :meth:`LabelCodec.order` is the permutation bet
 from __future__ import annotations
 
 import ast
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,13 +122,30 @@ class LabelCodec:
         self.seen.setdefault(name, label)
         return name
 
-    def names(self, labels: Iterable[Any], arg: str = "labels") -> list[str]:
+    def names(self, labels: Iterable[Any], arg: str = "labels", *, lenient: bool = False) -> Any:
+        """The names of `labels`; `lenient`: a str, mapping or non-iterable passes through as it is (for
+        the label operation to refuse with its own message)."""
+        if lenient and (isinstance(labels, (str, Mapping)) or not isinstance(labels, Iterable)):
+            return labels
         return [self.name(y, f"{arg}[{i}]") for i, y in enumerate(labels)]
 
-    def encoded(self, texts: Any, labels: Any, arg: str = "labels") -> tuple[Any, list[str]]:
+    def encoded(self, texts: Any, labels: Any, arg: str = "labels", *, optional: bool = False) -> tuple[Any, Any]:
         """(`texts`, `labels`) with the texts as a list (:func:`as_texts`) and the labels as their names;
-        the texts are checked by the caller."""
+        the texts are checked by the caller. `optional`: a None among the two passes through as it is."""
+        if optional and (texts is None or labels is None):
+            return texts, labels
         return as_texts(texts), self.names(flat_labels(labels, arg), arg)
+
+    def keyed(self, parts: Any, arg: str) -> Any:
+        """A ``{label: value}`` mapping keyed by names instead; anything else unchanged (the caller refuses it)."""
+        if not isinstance(parts, Mapping):
+            return parts
+        return {self.name(key, arg): value for key, value in parts.items()}
+
+    def public(self, matrix: Any, names: Sequence[str]) -> Any:
+        """The columns of `matrix`, in label-set `names` order, in ``classes_`` order (:meth:`order`)."""
+        order = self.order(names)
+        return matrix if order is None else matrix[:, order]
 
     def encoded_dev(self, dev: Any) -> Any:
         """A ``(texts, labels)`` dev pair encoded as :meth:`encoded`; anything else unchanged (None, or a
