@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch
@@ -57,6 +57,10 @@ from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore, is_store
 from dyntc.classifier.targets import LabelCodec, as_texts, flat_labels, json_label
 from dyntc.errors import DyntcError, NotFittedError
+
+if TYPE_CHECKING:
+    from dyntc.classifier.discovery import Discovery
+    from dyntc.classifier.suggestions import Suggestion
 
 
 class DynamicClassifier(ClassifierMixin, BaseEstimator):
@@ -484,6 +488,38 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
         self.labels_.rename_label(self._targets.name(old, "old"), self._targets.name(new, "new"))
         return self._labels_changed()
+
+    # ------------------------------------------------------------------ discovery (classifier/discovery.py, suggestions.py)
+
+    def discover(self, texts: Sequence[str], n_new: int | None = None, **options) -> "Discovery":
+        """Group `texts` (distinct, unlabelled) into the existing labels and `n_new` proposed new
+        clusters (None: estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode``
+        (``"default"`` or ``"fast"``), ``seed``. Changes nothing: :meth:`accept` adds clusters."""
+        from dyntc.classifier import discovery
+
+        self._check_fitted()
+        texts = discovery.check_texts(texts, 0)  # empty and repeated texts refused before embedding
+        return discovery.discover(self._labels, texts, self.space_.embed(texts), n_new,
+                                  **{"seed": self.seed, **options})
+
+    @recorded
+    def accept(self, discovery: "Discovery", clusters=None, *, add_examples: bool = False) -> list[str]:
+        """Add the chosen clusters of `discovery` (None = all; names or 0-based positions) as labels, in
+        one label-set change (one version when saved or committed). A discovery made before the label
+        set changed is refused. With `add_examples` the texts it assigned to existing labels join them."""
+        from dyntc.classifier import discovery as found
+
+        self._check_fitted()
+        found.accept(self._labels, discovery, clusters, add_examples=add_examples)
+        return self._labels_changed()
+
+    def suggest(self, **options) -> list["Suggestion"]:
+        """Merge and split suggestions for the current label set, strongest first, each with its
+        evidence (:mod:`~dyntc.classifier.suggestions`; `options` are :func:`~dyntc.classifier.suggestions.suggest`'s)."""
+        from dyntc.classifier import suggestions
+
+        self._check_fitted()
+        return suggestions.suggest(self._labels, **options)
 
     # ------------------------------------------------------------------ the cosine head
 

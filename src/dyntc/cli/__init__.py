@@ -47,6 +47,11 @@ def _register() -> None:
 
     labels_io.register(classifier.labels_app)
 
+    from dyntc.cli import discovery
+
+    app.command("discover")(discovery.discover)
+    app.command("suggest")(discovery.suggest)
+
     from dyntc.cli import serve
 
     app.command("serve")(serve.serve)
