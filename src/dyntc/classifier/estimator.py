@@ -418,6 +418,13 @@ class DynamicClassifier:
         return self._labels_changed()
 
     @recorded
+    def remove_examples(self, name: str, examples: Sequence[str]) -> list[str]:
+        """Remove `examples` (every occurrence of each) from label `name`; at least one must remain.
+        The other examples keep their stored points: nothing is re-encoded."""
+        self.labels_.remove_examples(name, examples)
+        return self._labels_changed()
+
+    @recorded
     def remove_label(self, name: str) -> list[str]:
         """Remove label `name` (it can no longer be predicted). At least one label must remain."""
         self.labels_.remove_label(name)

@@ -30,9 +30,14 @@ def serve(
     request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its headers, and its body [default: 30]")] = None,
     max_connections: Annotated[Optional[int], typer.Option(help="Open connections; more are answered 503 [default: 256]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
+    capture: Annotated[Optional[int], typer.Option(help="Keep up to N predicted texts the service could not place (rejected or low-margin) in the model's store, for the console's inbox; needs --token-file [default: 0 = off]")] = None,
+    capture_days: Annotated[Optional[float], typer.Option(help="Forget a captured text not seen again for this many days [default: 7]")] = None,
+    capture_margin: Annotated[Optional[float], typer.Option(help="Capture a text whose two best labels' probabilities differ by less than this [default: 0.1]")] = None,
 ) -> None:
-    """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs)."""
+    """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs), with a label
+    console for the browser at / ."""
     from dyntc.classifier.service.app import Limits, run
+    from dyntc.classifier.service.inbox import CapturePolicy
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")
@@ -40,4 +45,7 @@ def serve(
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
                  max_connections=max_connections, workers=workers)
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
-    run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits)
+    captured = dict(capture=capture, capture_days=capture_days, capture_margin=capture_margin)
+    policy = CapturePolicy(**{k: v for k, v in captured.items() if v is not None})
+    run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits,
+        capture=policy)

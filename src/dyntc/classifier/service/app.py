@@ -63,6 +63,8 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dyntc.classifier import DynamicClassifier, ModelStore
+from dyntc.classifier.service import console
+from dyntc.classifier.service.inbox import CapturePolicy
 from dyntc.classifier.store import StoreFullError, StoreUnavailableError
 from dyntc.core.encoders.pretrained import no_disk_cache
 from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError, is_int, is_number
@@ -380,14 +382,17 @@ def _same_token(given: str | None, token: str) -> bool:
 # ---------------------------------------------------------------------------------------- the app
 
 
-def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Access = Access()) -> FastAPI:
-    """The FastAPI application serving the classifier saved in `model_dir`, wrapped in its
-    :class:`RequestGuard`."""
+def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Access = Access(),
+               capture: CapturePolicy = CapturePolicy()) -> FastAPI:
+    """The FastAPI application serving the classifier saved in `model_dir` (and its console,
+    :mod:`~dyntc.classifier.service.console`), wrapped in its :class:`RequestGuard`."""
     for name, token in (("write token", access.write_token), ("read token", access.read_token)):
         if token is not None:
             check_token(token, name)
     service = Service(model_dir, limits=limits, access=access)
-    app = FastAPI(title="dyntc", description="A text classifier whose label set changes live.")
+    inbox = console.open_inbox(service, capture)
+    app = FastAPI(title="dyntc", description="A text classifier whose label set changes live.",
+                  docs_url=None, redoc_url=None)  # /docs is served offline by the console module
     app.state.service = service
 
     @app.exception_handler(DyntcError)
@@ -473,6 +478,8 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
             # in chunks: between two, the interpreter lock is free for a short request's Python work
             scores = np.concatenate([clf.decision_function(req.texts[i: i + EMBED_CHUNK])
                                      for i in range(0, len(req.texts), EMBED_CHUNK)])
+        if inbox is not None:
+            inbox.observe(clf, req.texts, scores)
         return {"version": clf.version_, "labels": clf.classes_,
                 "results": clf.prediction_records(scores, top_k=req.top_k, proba=req.proba, reject=req.reject)}
 
@@ -522,6 +529,7 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
             raise HTTPError(404, f"no version {version}; the versions are 1..{head}")
         return _labels_body(service.restore(version))
 
+    console.install(app, service, inbox, reader, writer, _labels_body, _check_write)
     return RequestGuard(app, limits, access)
 
 
@@ -550,7 +558,7 @@ def read_token(path: Path, what: str = "token file") -> str:
 
 
 def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None = None, read_token_file: Path | None = None,
-        insecure: bool = False, limits: Limits = Limits()) -> None:
+        insecure: bool = False, limits: Limits = Limits(), capture: CapturePolicy = CapturePolicy()) -> None:
     """Serve until interrupted (the ``dyntc serve`` command)."""
     import torch
     import uvicorn
@@ -558,6 +566,8 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
     write_token = None if token_file is None else read_token(token_file)
     reads = None if read_token_file is None else read_token(read_token_file, "read token file")
     loopback = is_loopback(host)
+    if capture.capture and write_token is None:
+        raise DyntcError("--capture needs --token-file: captured texts are readable only with the token")
     if not loopback and write_token is None:
         if not insecure:
             raise DyntcError(f"--host {host} is reachable from other machines, and without --token-file anyone there "
@@ -565,7 +575,7 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
         warnings.warn(f"dyntc serve: listening on {host} with no token (--insecure): anyone who can reach it can "
                       "change or roll back the model", stacklevel=2)
     torch.set_num_threads(1)  # one thread per embedding worker (EmbeddingWorkers): no oversubscription
-    app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback))
+    app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback), capture=capture)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=_timed_h11(limits.request_timeout_s),
                             limit_concurrency=limits.max_connections, timeout_keep_alive=5)
     uvicorn.Server(config).run()
