@@ -27,8 +27,8 @@ def browser():
 @pytest.fixture(scope="module")
 def server(fitted, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("console")
-    # the toy's probabilities are flat, so a wide margin makes ambiguous texts land in the inbox
-    srv = Server(fitted.save(tmp / "model"), tmp, args=["--capture", "50", "--capture-margin", "0.6"])
+    # a margin of 1 captures every predicted text: the inbox flows need captured texts, not a tuned model
+    srv = Server(fitted.save(tmp / "model"), tmp, args=["--capture", "50", "--capture-margin", "1"])
     yield srv
     srv.stop()
 
@@ -160,7 +160,7 @@ def test_merge_two_labels(page, server):
     sign_in(page)
     server.call("POST", "/labels", {"name": "thanks", "examples": ["thank you", "thanks a lot"]})
     server.call("POST", "/labels", {"name": "cheers", "examples": ["cheers mate"]})
-    visit(page, server.url + "/?q=e")  # the search narrows the table; both labels match
+    visit(page, server.url + "/?q=h")  # the search narrows the table; both labels match
     for name in ("thanks", "cheers"):
         css(page, f"input[name=label][value='{name}']")[0].click()
     fill(page, "merge-into", "gratitude")
@@ -245,7 +245,7 @@ def test_accept_captured_texts_from_the_inbox(page, server):
     fill(page, "cap-name", "delivery")
     css(page, "#captures-form button[value=accept]")[0].click()
     status_says(page, "3 text(s) now label delivery")
-    assert stored(server).support("delivery") == texts
+    assert sorted(stored(server).support("delivery")) == sorted(texts)
     remaining = {c["text"] for c in server.call("GET", "/captures?limit=1000")[1]["captures"]}
     assert not remaining & set(texts)
 
@@ -335,12 +335,12 @@ def test_keyboard_reaches_every_control(page, server):
 
     sign_in(page)
     visit(page, server.url + "/")
-    controls = page.execute_script("""return Array.from(document.querySelectorAll('a[href], button, input, textarea, select'))
-        .filter(e => !e.disabled && e.offsetParent !== null).length""")
+    ident = "e => e.tagName + '|' + (e.id || e.name || '') + '|' + (e.value || e.getAttribute('href') || '')"
+    controls = set(page.execute_script(f"""return Array.from(document.querySelectorAll('a[href], button, input, textarea, select'))
+        .filter(e => !e.disabled && e.offsetParent !== null).map({ident})"""))
     reached = set()
     page.find_element("tag name", "body").send_keys(Keys.TAB)
-    for _ in range(controls + 5):
-        reached.add(page.execute_script("""const e = document.activeElement;
-            return e.tagName + '|' + (e.id || e.name || '') + '|' + (e.value || e.getAttribute('href') || '')"""))
+    for _ in range(len(controls) + 5):
+        reached.add(page.execute_script(f"return ({ident})(document.activeElement)"))
         page.switch_to.active_element.send_keys(Keys.TAB)
-    assert len(reached) >= controls
+    assert controls <= reached, controls - reached

@@ -89,6 +89,33 @@ class _ChangeCache:
             return self._value[1]
 
 
+def describe_change(op: str, detail) -> str:
+    """A version's change in words, from its operation and the detail the store recorded."""
+    if isinstance(detail, dict) and "version" in detail:
+        return f"restored version {detail['version']}"
+    words = []
+    for d in detail if isinstance(detail, list) else []:
+        if not isinstance(d, dict):
+            continue
+        kind, label = d.get("op"), d.get("label")
+        n = d.get("examples")
+        said = {
+            "add_label": f"added {label} ({n} examples)",
+            "add_examples": f"added {n} examples to {label}",
+            "remove_examples": f"removed {n} examples from {label}",
+            "remove_label": f"removed {label}",
+            "rename_label": f"renamed {label} → {d.get('to')}",
+            "merge_labels": f"merged {', '.join(map(str, d.get('labels') or []))} into {d.get('into')}",
+            "split_label": f"split {label} into {', '.join(map(str, d.get('into') or []))}",
+            "calibrate": "calibrated",
+            "save": "saved",
+        }.get(kind, str(kind))
+        words.append(said)
+    if not words:
+        return op
+    return "; ".join(words[:3]) + (f"; and {len(words) - 3} more" if len(words) > 3 else "")
+
+
 def _pages(n: int, per: int, page: int) -> dict:
     last = max(1, math.ceil(n / per))
     if page < 1 or page > last:
@@ -164,6 +191,9 @@ def install(app: FastAPI, service, inbox: Inbox | None, reader, writer, labels_b
                     status = 404 if isinstance(exc, UnknownLabelError) else 400
                     return render(request, "error.html", "Not found" if status == 404 else "Error", status,
                                   message=str(exc))
+                except Exception as exc:  # a page in words, never a blank one
+                    return render(request, "error.html", "The console failed", 500,
+                                  message=f"{type(exc).__name__}: {exc}")
                 if isinstance(context, RedirectResponse):
                     return context
                 return render(request, template, context.pop("title", title), **context)
@@ -225,6 +255,8 @@ def install(app: FastAPI, service, inbox: Inbox | None, reader, writer, labels_b
         page_no = qint(request, "page", 1)
         rows, total = history.version_page(service.store, (max(page_no, 1) - 1) * VERSIONS_PER_PAGE, VERSIONS_PER_PAGE)
         pages = _pages(total, VERSIONS_PER_PAGE, page_no)
+        for row in rows:
+            row["change"] = describe_change(row["op"], row["detail"])
         return {"rows": rows, "head": head, "total": total, **pages}
 
     @page("diff.html", "Difference")
