@@ -46,13 +46,18 @@ def stop_browser(driver) -> None:
     shutil.rmtree(driver.profile_dir, ignore_errors=True)
 
 
-def shot(driver, name: str, width: int = 1280, height: int = 800) -> None:
-    """Save a screenshot `name`.png when DYNTC_SCREENSHOTS names a folder."""
+def viewport(driver, width: int, height: int) -> None:
+    """Make the page's viewport `width` x `height` CSS pixels (the window is larger by its frame)."""
+    driver.set_window_size(width, height)
+    inner = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    if inner != [width, height]:
+        driver.set_window_size(2 * width - inner[0], 2 * height - inner[1])
+
+
+def shot(driver, name: str) -> None:
+    """Save a screenshot of the viewport as `name`.png when DYNTC_SCREENSHOTS names a folder."""
     if not SHOTS:
         return
     folder = Path(SHOTS)
     folder.mkdir(parents=True, exist_ok=True)
-    size = driver.get_window_size()
-    driver.set_window_size(width, height)
     driver.save_screenshot(str(folder / f"{name}.png"))
-    driver.set_window_size(size["width"], size["height"])

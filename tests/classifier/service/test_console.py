@@ -4,7 +4,7 @@ each checked in the store afterwards (DynamicClassifier.load), not only on the p
 Screenshots for docs/console.md: DYNTC_SCREENSHOTS=docs/img pytest tests/classifier/service/test_console.py"""
 
 import pytest
-from _browser import missing, shot, start_browser, stop_browser
+from _browser import missing, shot, start_browser, stop_browser, viewport
 from _server import TOKEN, Server, eventually
 from _toy import LABELS
 
@@ -44,9 +44,10 @@ def readonly(fitted, tmp_path_factory):
 @pytest.fixture
 def page(browser, server):
     """The browser on the token server, signed out, at 1280x800."""
-    browser.set_window_size(1280, 800)
+    viewport(browser, 1280, 800)
     browser.get(server.url + "/")
     browser.execute_script("sessionStorage.clear()")
+    visit(browser, server.url + "/")
     return browser
 
 
@@ -55,9 +56,13 @@ def stored(server) -> DynamicClassifier:
 
 
 def wait(driver, condition, what: str):
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05).until(condition, message=f"waited for {what}")
+    # an element looked up while the page is being replaced may be gone: look again at the next poll
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05,
+                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(
+        condition, message=f"waited for {what}")
 
 
 def by_id(driver, element_id: str):
@@ -288,7 +293,7 @@ def test_a_write_with_a_bad_token_shows_the_error(page, server):
 
 
 def test_a_read_only_visit_cannot_write(browser, readonly):
-    browser.set_window_size(1280, 800)
+    viewport(browser, 1280, 800)
     version = stored(readonly).version_
     for path in ("/", "/console/labels/alarm", "/console/labels/alarm/split", "/console/versions"):
         visit(browser, readonly.url + path)
@@ -318,16 +323,16 @@ def test_errors_in_words_and_every_field_labelled(page, server):
 
 
 def test_readable_on_a_narrow_window(page, server):
-    page.set_window_size(400, 800)
+    viewport(page, 400, 800)
     try:
         for path in ("/", "/console/labels/alarm", "/console/versions", "/console/try"):
             visit(page, server.url + path)
             overflow = page.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 0, (path, overflow)
         visit(page, server.url + "/")
-        shot(page, "narrow", 400, 800)
+        shot(page, "narrow")
     finally:
-        page.set_window_size(1280, 800)
+        viewport(page, 1280, 800)
 
 
 def test_keyboard_reaches_every_control(page, server):
@@ -344,3 +349,23 @@ def test_keyboard_reaches_every_control(page, server):
         reached.add(page.execute_script(f"return ({ident})(document.activeElement)"))
         page.switch_to.active_element.send_keys(Keys.TAB)
     assert controls <= reached, controls - reached
+
+
+def test_with_a_read_token_pages_ask_to_sign_in(browser, fitted, tmp_path):
+    (tmp_path / "read").write_text("read-token-0123456789\n")
+    (tmp_path / "read").chmod(0o600)
+    srv = Server(fitted.save(tmp_path / "model"), tmp_path, args=["--read-token-file", str(tmp_path / "read")])
+    try:
+        viewport(browser, 1280, 800)
+        visit(browser, srv.url + "/")
+        browser.execute_script("sessionStorage.clear()")
+        visit(browser, srv.url + "/")
+        assert by_id(browser, "locked").is_displayed() and "alarm" not in browser.find_element("tag name", "main").text
+        sign_in(browser)
+        wait(browser, lambda d: css(d, "table.labels a[href='/console/labels/alarm']"), "the labels after signing in")
+        click(browser, "table.labels a[href='/console/labels/alarm']")  # a link is followed with the token
+        wait(browser, lambda d: d.find_element("tag name", "h1").text == "alarm", "the label's page")
+        assert browser.current_url.endswith("/console/labels/alarm") and not css(browser, "#locked")
+        assert len(css(browser, "table.examples tbody tr")) == 10
+    finally:
+        srv.stop()

@@ -99,10 +99,11 @@ def describe_change(op: str, detail) -> str:
             continue
         kind, label = d.get("op"), d.get("label")
         n = d.get("examples")
+        examples = f"{n} example{'' if n == 1 else 's'}"
         said = {
-            "add_label": f"added {label} ({n} examples)",
-            "add_examples": f"added {n} examples to {label}",
-            "remove_examples": f"removed {n} examples from {label}",
+            "add_label": f"added {label} ({examples})",
+            "add_examples": f"added {examples} to {label}",
+            "remove_examples": f"removed {examples} from {label}",
             "remove_label": f"removed {label}",
             "rename_label": f"renamed {label} → {d.get('to')}",
             "merge_labels": f"merged {', '.join(map(str, d.get('labels') or []))} into {d.get('into')}",
