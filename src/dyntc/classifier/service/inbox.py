@@ -206,6 +206,7 @@ def router(service, inbox: Inbox | None, reader, writer, labels_body, check_writ
         @api.get("/suggestions", dependencies=[Depends(reader)])
         def suggestions() -> dict:
             clf = service.current()
-            return {"version": clf.version_, "suggestions": [s.to_dict() for s in clf.suggest()]}
+            return {"version": clf.version_,
+                    "suggestions": [{**s.to_dict(), "description": s.describe()} for s in clf.suggest()]}
 
     return api

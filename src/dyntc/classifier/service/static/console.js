@@ -253,9 +253,12 @@
     f.appendChild(el('h3', name));
     var facts = c.size + ' texts';
     if (typeof c.cohesion === 'number') { facts += ', cohesion ' + c.cohesion.toFixed(2); }
-    var near = c.nearest_label || (c.nearest && c.nearest.label);
-    if (near) { facts += ', nearest label ' + near + (typeof c.distance === 'number' ? ' (distance ' + c.distance.toFixed(2) + ')' : ''); }
+    if (c.nearest_label) {
+      facts += ', nearest label ' + c.nearest_label +
+        (typeof c.nearest_distance === 'number' ? ' (distance ' + c.nearest_distance.toFixed(2) + ')' : '');
+    }
     f.appendChild(el('p', facts));
+    if (c.keywords && c.keywords.length) { f.appendChild(el('p', 'Keywords: ' + c.keywords.join(', '))); }
     var list = el('ul');
     (c.texts || []).forEach(function (t, j) {
       var li = el('li'), box = el('input', null, { type: 'checkbox', name: 'text', id: 'c' + i + '-' + j });
@@ -300,16 +303,33 @@
       var items = data.suggestions || [];
       if (!items.length) { box.appendChild(el('p', 'No suggestion: the labels look distinct and coherent.')); }
       var list = el('ol');
-      items.forEach(function (s) {
-        var li = el('li');
-        li.appendChild(el('strong', (s.kind || s.action || 'suggestion') + ': ' + (s.labels || [s.label]).join(', ')));
-        var ev = s.evidence || {};
-        var dl = el('dl');
+      items.forEach(function (s, i) {
+        var li = el('li', null, { 'class': 'suggestion', id: 'suggestion-' + i });
+        li.appendChild(el('strong', s.kind + ': ' + s.labels.join(', ')));
+        if (s.description) { li.appendChild(el('p', s.description)); }
+        var ev = s.evidence || {}, dl = el('dl');
         Object.keys(ev).forEach(function (k) {
-          dl.appendChild(el('dt', k));
+          dl.appendChild(el('dt', k.replace(/_/g, ' ')));
           dl.appendChild(el('dd', typeof ev[k] === 'object' ? JSON.stringify(ev[k]) : String(ev[k])));
         });
         li.appendChild(dl);
+        var change = null;
+        if (s.kind === 'merge' && s.labels.length >= 2) {
+          change = { method: 'POST', path: '/labels/merge', body: { names: s.labels, into: s.labels[0] },
+            done: s.labels.join(', ') + ' merged into ' + s.labels[0], label: 'Merge into ' + s.labels[0] };
+        } else if (s.kind === 'split' && s.parts && Object.keys(s.parts).length >= 2) {
+          change = { method: 'POST', path: '/labels/' + enc(s.labels[0]) + '/split', body: { parts: s.parts, reassign: true },
+            done: s.labels[0] + ' split into ' + Object.keys(s.parts).join(', '),
+            label: 'Split into ' + Object.keys(s.parts).join(' and ') };
+        }
+        if (change && body.dataset.writable === '1') {
+          var button = el('button', change.label, { type: 'button' });
+          button.addEventListener('click', function () {
+            clearMessages();
+            try { requireToken(); perform(change); } catch (e) { showError(e.message); }
+          });
+          li.appendChild(button);
+        }
         list.appendChild(li);
       });
       box.appendChild(list);
