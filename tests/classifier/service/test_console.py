@@ -267,8 +267,9 @@ def test_accept_a_proposed_cluster(page, server):
     wait(page, lambda d: css(d, "#discover-form"), "the inbox")
     click(page, "#discover-form button[type=submit]")
     wait(page, lambda d: css(d, "form.cluster"), "the proposed clusters")
-    shot(page, "clusters")
     first = css(page, "form.cluster")[0]
+    page.execute_script("arguments[0].scrollIntoView()", by_id(page, "clusters-h"))
+    shot(page, "clusters")
     kept = [box.get_attribute("value") for box in first.find_elements("css selector", "input[name=text]")]
     name = first.find_element("css selector", "input[name=name]")
     name.clear()
@@ -276,6 +277,31 @@ def test_accept_a_proposed_cluster(page, server):
     first.find_element("css selector", "button[value=accept]").click()
     status_says(page, "now label new intent")
     assert stored(server).support("new intent") == kept
+
+
+@pytest.mark.skipif(not hasattr(DynamicClassifier, "suggest"), reason="DynamicClassifier.suggest is not in this tree")
+def test_apply_a_merge_suggestion(page, server):
+    halves = {"wake_a": ["wake me up at six", "set an alarm for 7 am", "alarm for tomorrow morning at five",
+                         "please wake me at 6:30", "i need an alarm at noon"],
+              "wake_b": ["turn on my alarm for 8", "set a wake up alarm", "alarm at seven thirty please",
+                         "can you wake me up early", "make an alarm for 9 am"]}
+    for name, texts in halves.items():  # one intent under two names: a merge should be suggested
+        assert server.call("POST", "/labels", {"name": name, "examples": texts})[0] == 201
+    visit(page, server.url + "/console/inbox")
+    sign_in(page)
+    wait(page, lambda d: css(d, "#suggest-button"), "the inbox")
+    click(page, "#suggest-button")
+    wait(page, lambda d: css(d, "li.suggestion"), "the suggestions")
+    merge = [li for li in css(page, "li.suggestion") if "merge: wake_a, wake_b" in li.text or "merge: wake_b, wake_a" in li.text]
+    assert merge, [li.text for li in css(page, "li.suggestion")]
+    page.execute_script("arguments[0].scrollIntoView()", merge[0])
+    shot(page, "suggestions")
+    into = merge[0].find_element("css selector", "button").text.removeprefix("Merge into ")
+    merge[0].find_element("css selector", "button").click()
+    status_says(page, f"merged into {into}")
+    clf = stored(server)
+    assert sorted(clf.support(into)) == sorted(halves["wake_a"] + halves["wake_b"])
+    assert not {"wake_a", "wake_b"} - {into} & set(clf.classes_)
 
 
 def test_a_write_with_a_bad_token_shows_the_error(page, server):
