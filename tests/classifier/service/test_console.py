@@ -281,10 +281,10 @@ def test_accept_a_proposed_cluster(page, server):
 
 @pytest.mark.skipif(not hasattr(DynamicClassifier, "suggest"), reason="DynamicClassifier.suggest is not in this tree")
 def test_apply_a_merge_suggestion(page, server):
-    halves = {"wake_a": ["wake me up at six", "set an alarm for 7 am", "alarm for tomorrow morning at five",
-                         "please wake me at 6:30", "i need an alarm at noon"],
-              "wake_b": ["turn on my alarm for 8", "set a wake up alarm", "alarm at seven thirty please",
-                         "can you wake me up early", "make an alarm for 9 am"]}
+    halves = {"coin_a": ["flip a coin", "toss a coin for me", "heads or tails", "flip a coin to decide",
+                         "coin toss please"],
+              "coin_b": ["toss a coin", "can you flip a coin", "heads or tails please", "do a coin flip",
+                         "flip the coin for me"]}
     for name, texts in halves.items():  # one intent under two names: a merge should be suggested
         assert server.call("POST", "/labels", {"name": name, "examples": texts})[0] == 201
     visit(page, server.url + "/console/inbox")
@@ -292,7 +292,7 @@ def test_apply_a_merge_suggestion(page, server):
     wait(page, lambda d: css(d, "#suggest-button"), "the inbox")
     click(page, "#suggest-button")
     wait(page, lambda d: css(d, "li.suggestion"), "the suggestions")
-    merge = [li for li in css(page, "li.suggestion") if "merge: wake_a, wake_b" in li.text or "merge: wake_b, wake_a" in li.text]
+    merge = [li for li in css(page, "li.suggestion") if li.text.split("\n")[0] in ("merge: coin_a, coin_b", "merge: coin_b, coin_a")]
     assert merge, [li.text for li in css(page, "li.suggestion")]
     page.execute_script("arguments[0].scrollIntoView()", merge[0])
     shot(page, "suggestions")
@@ -300,8 +300,8 @@ def test_apply_a_merge_suggestion(page, server):
     merge[0].find_element("css selector", "button").click()
     status_says(page, f"merged into {into}")
     clf = stored(server)
-    assert sorted(clf.support(into)) == sorted(halves["wake_a"] + halves["wake_b"])
-    assert not {"wake_a", "wake_b"} - {into} & set(clf.classes_)
+    assert sorted(clf.support(into)) == sorted(halves["coin_a"] + halves["coin_b"])
+    assert not ({"coin_a", "coin_b"} - {into}) & set(clf.classes_)
 
 
 def test_a_write_with_a_bad_token_shows_the_error(page, server):
