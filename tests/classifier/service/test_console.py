@@ -208,6 +208,8 @@ def test_restore_an_older_version_and_see_the_difference(page, server):
     server.call("POST", "/labels/alarm/rename", {"to": "wake up"})
     server.call("DELETE", "/labels/weather")
     visit(page, server.url + "/console/versions")
+    changes = [tr.find_elements("css selector", "td")[2].text for tr in css(page, "table.versions tbody tr")[:2]]
+    assert changes == ["removed weather", "renamed alarm → wake up"]
     shot(page, "versions")
     page.find_element("css selector", f"input[name=a][value='{version}']").click()
     click(page, "#diff-form button[type=submit]")
