@@ -19,6 +19,7 @@ import torch
 
 from dyntc._version import __version__
 from dyntc.core.files import write_json
+from dyntc.errors import DyntcError
 from dyntc.protocol.options import available_device
 
 
@@ -67,7 +68,7 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
     """Train, evaluate and save one model as `cfg` says; returns the metrics written to ``metrics.json``.
     A prototypical network is handed to `save_prototypical(network, train_texts, train_labels, path)`."""
     from dyntc.protocol.data.datasets import load
-    from dyntc.core.encoders import create_encoder
+    from dyntc.core.encoders import create_encoder, encoder_kind, encoder_options_for
     from dyntc.core.inference import Encoded, prototypical_predict, supervised_accuracy
     from dyntc.core.machine import check_device, check_out_dir, machine_description
     from dyntc.core.models import model_kind
@@ -75,18 +76,20 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
     from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
 
     kind = model_kind(cfg.model)
+    if not kind.network:
+        raise DyntcError(f"--model {cfg.model} is a baseline of dyntc reproduce, not a network to train: "
+                         "choose hyp, euc or mlp")
     check_device(cfg.device)
     check_out_dir(cfg.out)
     torch.manual_seed(cfg.seed)
     data = load(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     classes = data.labels
-    enc_options = {"hidden_size": cfg.hidden, "num_layers": cfg.layers, "max_len": cfg.max_len, "dropout": cfg.dropout}
-    if cfg.encoder == "sru":
-        if cfg.dropout is None:
-            enc_options["dropout"] = 0.3 if data.name == "wos" else 0.5
-        enc_options["embeddings"] = str(cfg.embeddings) if cfg.embeddings else None
-    else:
-        enc_options["mode"] = "finetune" if cfg.finetune else "frozen"
+    dropout = cfg.dropout
+    if dropout is None and encoder_kind(cfg.encoder).word_vectors:  # the paper's per dataset
+        dropout = 0.3 if data.name == "wos" else 0.5
+    enc_options = encoder_options_for(cfg.encoder, mode="finetune" if cfg.finetune else "frozen", hidden_size=cfg.hidden,
+                                      num_layers=cfg.layers, max_len=cfg.max_len, dropout=dropout,
+                                      embeddings=str(cfg.embeddings) if cfg.embeddings else None)
     t0 = time.perf_counter()
     enc = create_encoder(cfg.encoder, data.train.texts, **enc_options)
     net = kind.build(enc, len(classes))

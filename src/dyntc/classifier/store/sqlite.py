@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError, StoreUnavailableError,
-                                    store_file)
+                                           store_file)
 from dyntc.errors import DyntcError
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
