@@ -1,7 +1,8 @@
 """Texts a service could not place, kept in the model's store so that every replica of a model adds
 to, and reads, one inbox.
 
-One table beside the model's (created by the first service that captures):
+One table of the store's schema (:mod:`~dyntc.classifier.store.schema`; a store made before it gets it
+from the first service that captures):
 ``captures(hash, text, reason, label, margin, seen, first_seen, last_seen)``: one row per distinct
 text (keyed by its SHA-256), how many times it was seen, why it was captured (``rejected``: farther
 than the calibrated threshold from every label; ``low-margin``: the two best labels nearly tied),
@@ -20,12 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dyntc.classifier.store import ModelStore
+from dyntc.classifier.store.schema import CAPTURES_SCHEMA
 from dyntc.errors import DyntcError, is_int, is_number
 
-TABLE = """CREATE TABLE IF NOT EXISTS captures (
-    hash TEXT PRIMARY KEY, text TEXT NOT NULL, reason TEXT NOT NULL, label TEXT, margin DOUBLE PRECISION,
-    seen {int} NOT NULL, first_seen DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL)"""
-_INDEX = "CREATE INDEX IF NOT EXISTS captures_seen ON captures (last_seen)"
 _COLUMNS = "text, reason, label, margin, seen, first_seen, last_seen"
 
 
@@ -63,8 +61,8 @@ class CaptureLog:
         now = time.time()
         with self.store._connect() as db:
             if not self._exists(db):
-                db.execute(TABLE.format(**d.types))
-                db.execute(_INDEX)
+                for statement in CAPTURES_SCHEMA:
+                    db.execute(statement.format(**d.types))
             d.begin_write(db)
             try:
                 for sql, params in statements:
