@@ -1,6 +1,6 @@
 """Protocol profiles: every hyperparameter of a ``dyntc reproduce`` run, as plain dataclasses.
 
-``paper`` holds the paper's settings (plus the documented changes of issue 11), ``quick`` a CPU-sized
+``paper`` holds the paper's settings (plus the changes its description lists), ``quick`` a CPU-sized
 profile chosen to track it, ``tiny`` a smoke test. :func:`override` applies ``--set field=value``.
 """
 
@@ -208,7 +208,7 @@ PAPER = Profile(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
         "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
-        "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
+        "Changes from the paper: HYP backpropagates through the Fréchet mean (differentiable_mean); "
         "EUC/HYP pretraining does not stop early before 3,000 episodes, nor while its training loss is at chance "
         "(pretrain_min_episodes; held evaluations do not count towards the patience). NEWS: HYP soft-clips "
         "its encoder output to norm <= 10 before the lift, learns its logit scale, pretrains its first 2,000 "

@@ -1,10 +1,10 @@
 """One model on a dataset's full label set (``dyntc train``): the paper's single-model experiment.
 
 Trains an MLP, EUC or HYP model on the whole label set with the paper's settings by default, reports
-dev and test accuracy, and writes ``metrics.json`` and ``model/``: for EUC and HYP a classifier model
+dev and test accuracy, and writes ``metrics.json``; for EUC and HYP also ``model/``, a classifier model
 (:meth:`~dyntc.classifier.DynamicClassifier.from_network`: the trained network with one prototype per
-label from all training texts, predicting as the accuracies were measured), for the MLP a checkpoint
-(:mod:`~dyntc.protocol.checkpoint`).
+label from all training texts, predicting as the accuracies were measured). The MLP ends in an output
+layer over the dataset's labels, not prototypes: it is measured, not kept.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class SingleModelConfig:
     dataset: str = field(metadata={"help": "news | sent | wos | clinc150 | hwu64"})
     model: str = field(default="hyp", metadata={"help": "hyp | euc | mlp"})
     out: Path = field(default=Path("runs/train"), metadata={
-        "help": "Run directory: model/ and metrics.json are written here"})
+        "help": "Run directory: metrics.json is written here, and model/ for hyp or euc"})
     encoder: str = field(default="sru", metadata={
         "help": "sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model"})
     episodes: int = field(default=10_000, metadata={"help": "Maximum training episodes (prototypical models)"})
@@ -72,7 +72,6 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
     from dyntc.core.inference import Encoded, prototypical_predict, supervised_accuracy
     from dyntc.core.machine import check_device, check_out_dir, machine_description
     from dyntc.core.models import model_kind
-    from dyntc.protocol.checkpoint import save_model
     from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
 
     kind = model_kind(cfg.model)
@@ -122,10 +121,8 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
         "dyntc_version": __version__, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     cfg.out.mkdir(parents=True, exist_ok=True)
-    if not kind.prototypical:  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
-        save_model(cfg.out / "model", net, meta={"classes": classes, "dataset": data.name})
-    elif save_prototypical is not None:  # the caller writes it as a classifier model (the research wing
-        # does not know the product's classifier; `dyntc train` passes one)
+    if kind.prototypical and save_prototypical is not None:
+        # the caller writes it as a classifier model (the research wing does not know the product's classifier)
         save_prototypical(net.cpu(), data.train.texts, data.train.labels, cfg.out / "model")
     write_json(cfg.out / "metrics.json", metrics)
     log(
