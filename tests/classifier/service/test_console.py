@@ -56,12 +56,12 @@ def stored(server) -> DynamicClassifier:
 
 
 def wait(driver, condition, what: str):
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    # an element looked up while the page is being replaced may be gone: look again at the next poll
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05,
-                         ignored_exceptions=(NoSuchElementException, StaleElementReferenceException)).until(
+    # an element looked up while the page is being replaced (a navigation, or <main> swapped) may be
+    # missing, stale or detached under the lookup: look again at the next poll
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05, ignored_exceptions=(WebDriverException,)).until(
         condition, message=f"waited for {what}")
 
 

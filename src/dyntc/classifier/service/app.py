@@ -529,7 +529,9 @@ def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Acce
             raise HTTPError(404, f"no version {version}; the versions are 1..{head}")
         return _labels_body(service.restore(version))
 
-    console.install(app, service, inbox, reader, writer, _labels_body, _check_write)
+    console.install(app, service, inbox, console.Hooks(
+        reader, writer, _labels_body, _check_write,
+        lambda request, token: token is not None and _same_token(_bearer(request), token)))
     return RequestGuard(app, limits, access)
 
 

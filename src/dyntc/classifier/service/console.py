@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -60,6 +62,19 @@ def open_inbox(service, policy: CapturePolicy) -> Inbox | None:
 
     service.close = close_both
     return inbox
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the console takes from the service's application (handed in, so that this module never
+    imports it): its read and write guards (FastAPI dependencies), the body of a labels answer, the
+    limits of a write, and whether a request carries a given bearer token."""
+
+    reader: Callable[[Request], None]
+    writer: Callable[[Request], None]
+    labels_body: Callable
+    check_write: Callable
+    holds: Callable[[Request, str | None], bool]
 
 
 class RemoveExamples(BaseModel):
@@ -124,14 +139,13 @@ def _pages(n: int, per: int, page: int) -> dict:
     return {"page": page, "last": last, "start": (page - 1) * per}
 
 
-def install(app: FastAPI, service, inbox: Inbox | None, reader, writer, labels_body, check_write) -> None:
+def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
     """Add the console's pages, its extra API endpoints and the inbox's endpoints to `app`."""
-    from dyntc.classifier.service.app import _bearer, _same_token
-
     access, limits = service.access, service.limits
+    reader, writer, labels_body, check_write = hooks.reader, hooks.writer, hooks.labels_body, hooks.check_write
     env = _templates()
     changes = _ChangeCache(service.store)
-    app.include_router(inbox_router(service, inbox, reader, writer, labels_body, check_write))
+    app.include_router(inbox_router(service, inbox, hooks))
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
 
     # ------------------------------------------------------------------ the API the console adds
@@ -153,9 +167,8 @@ def install(app: FastAPI, service, inbox: Inbox | None, reader, writer, labels_b
     @app.get("/console/session")
     def session(request: Request) -> dict:
         """What the bearer token of this request may do (the sign-in form checks a token with it)."""
-        given = _bearer(request)
-        write = access.write_token is not None and _same_token(given, access.write_token)
-        read = write or access.read_token is None or _same_token(given, access.read_token)
+        write = hooks.holds(request, access.write_token)
+        read = write or access.read_token is None or hooks.holds(request, access.read_token)
         return {"write": write, "read": read, "write_token_set": access.write_token is not None}
 
     # ------------------------------------------------------------------ pages
@@ -163,12 +176,10 @@ def install(app: FastAPI, service, inbox: Inbox | None, reader, writer, labels_b
     def can_read(request: Request) -> bool:
         if access.read_token is None:
             return True
-        given = _bearer(request)
-        return _same_token(given, access.read_token) or (access.write_token is not None and
-                                                         _same_token(given, access.write_token))
+        return hooks.holds(request, access.read_token) or hooks.holds(request, access.write_token)
 
     def has_write_token(request: Request) -> bool:
-        return access.write_token is not None and _same_token(_bearer(request), access.write_token)
+        return hooks.holds(request, access.write_token)
 
     def render(request: Request, template: str, title: str, status: int = 200, *, locked: bool = False,
                **context) -> HTMLResponse:

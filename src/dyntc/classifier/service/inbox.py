@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass, fields
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, Field, StrictInt, StrictStr
 
 from dyntc.classifier import DynamicClassifier
@@ -140,19 +140,19 @@ class Accept(BaseModel):
     into: StrictStr | None = Field(None, description="An existing label the texts join")
 
 
-def router(service, inbox: Inbox | None, reader, writer, labels_body, check_write) -> APIRouter:
-    """The inbox's endpoints over `service` (:class:`~dyntc.classifier.service.app.Service`)."""
-    from dyntc.classifier.service.app import HTTPError, _bearer, _same_token
-
+def router(service, inbox: Inbox | None, hooks) -> APIRouter:
+    """The inbox's endpoints over `service` (:class:`~dyntc.classifier.service.app.Service`), guarded
+    by `hooks` (:class:`~dyntc.classifier.service.console.Hooks`)."""
     access, limits = service.access, service.limits
+    reader, writer, labels_body, check_write = hooks.reader, hooks.writer, hooks.labels_body, hooks.check_write
     log = inbox.log if inbox is not None else CaptureLog(service.store, 1_000_000, 3650 * DAY_S)
     api = APIRouter()
 
     def token_only(request: Request) -> None:
         if access.write_token is None:
-            raise HTTPError(403, "captured texts are readable only with a token: start the service with --token-file")
-        if not _same_token(_bearer(request), access.write_token):
-            raise HTTPError(401, "captured texts need the token: send 'Authorization: Bearer <token>'")
+            raise HTTPException(403, "captured texts are readable only with a token: start the service with --token-file")
+        if not hooks.holds(request, access.write_token):
+            raise HTTPException(401, "captured texts need the token: send 'Authorization: Bearer <token>'")
 
     @api.get("/captures", dependencies=[Depends(token_only)])
     def captures(offset: int = 0, limit: int = 100) -> dict:
@@ -193,7 +193,7 @@ def router(service, inbox: Inbox | None, reader, writer, labels_body, check_writ
                 token_only(request)
                 texts = log.texts()
             if len(texts) > limits.max_examples:
-                raise HTTPError(413, f"{len(texts):,} texts to cluster; this service takes at most "
+                raise HTTPException(413, f"{len(texts):,} texts to cluster; this service takes at most "
                                      f"{limits.max_examples:,} (--max-examples)")
             chars = check_write(limits, [], texts) if texts else 0
             clf = service.current()
