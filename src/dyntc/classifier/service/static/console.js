@@ -149,9 +149,10 @@
   };
 
   function accept(texts, name, into) {
-    if (!!name === !!into) { throw new Error('Give either a new label name or an existing label, not both.'); }
+    // an existing label, when one is given, wins over the new name (which a cluster comes with)
+    if (!name && !into) { throw new Error('Give a new label name, or the existing label to add the texts to.'); }
     var payload = { texts: texts };
-    if (name) { payload.name = name; } else { payload.into = into; }
+    if (into) { payload.into = into; name = ''; } else { payload.name = name; }
     return { method: 'POST', path: '/discover/accept', body: payload,
       done: texts.length + ' text(s) ' + (name ? 'now label ' + name : 'added to ' + into) };
   }
