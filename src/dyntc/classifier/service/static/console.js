@@ -207,13 +207,19 @@
     var text = form.elements.text.value.trim();
     if (!text) { showError('Type a text first.'); return; }
     var calibrated = form.dataset.calibrated === '1';
-    api('POST', '/predict', { texts: [text], top_k: Number(form.dataset.k), proba: true, reject: calibrated }).then(function (data) {
-      var r = data.results[0], rows = $('try-table').tBodies[0];
+    var k = Number(form.dataset.k);
+    // ranking: each label's probability, where this dyntc answers it (older services ignore the field)
+    api('POST', '/predict', { texts: [text], top_k: k, proba: true, ranking: k, reject: calibrated }).then(function (data) {
+      var r = data.results[0], rows = $('try-table').tBodies[0], confidence = {};
+      (r.ranking || []).forEach(function (x) { confidence[x.label] = x.confidence; });
+      $('try-confidence').hidden = !r.ranking;
       rows.textContent = '';
       (r.top_k || [{ label: r.label, distance: null }]).forEach(function (t, i) {
         var tr = rows.insertRow();
         tr.insertCell().textContent = String(i + 1);
         tr.insertCell().textContent = t.label;
+        var c = tr.insertCell(); c.className = 'num'; c.hidden = !r.ranking;
+        c.textContent = confidence[t.label] === undefined ? '' : confidence[t.label].toFixed(3);
         var d = tr.insertCell(); d.className = 'num'; d.textContent = t.distance === null ? '' : t.distance.toFixed(3);
       });
       var best = (r.top_k ? r.top_k[0].label : r.label);
