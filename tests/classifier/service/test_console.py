@@ -331,7 +331,7 @@ def test_a_read_only_visit_cannot_write(browser, readonly):
     visit(browser, readonly.url + "/console/inbox")
     assert by_id(browser, "locked").is_displayed()
     assert readonly.call("GET", "/captures", token=None)[0] == 403
-    assert stored(readonly).version_ == version and stored(readonly).classes_ == sorted(LABELS)
+    assert stored(readonly).version_ == version and list(stored(readonly).classes_) == sorted(LABELS)
     visit(browser, readonly.url + "/")
     shot(browser, "readonly")
 
