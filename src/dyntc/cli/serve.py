@@ -1,4 +1,4 @@
-"""``dyntc serve``: the HTTP service (:mod:`dyntc.classifier.service.app`) on a model directory written by ``dyntc fit``,
+"""``dyntc serve``: the HTTP service (:mod:`dyntc.classifier.service`) on a model directory written by ``dyntc fit``,
 or on a model in PostgreSQL that several replicas share (docs/deployment.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import typer
 
 from dyntc.errors import DyntcError
 
-# The limits' defaults are declared once, in dyntc.classifier.service.app.Limits; importing it here would load FastAPI
+# The limits' defaults are declared once, in dyntc.classifier.service.limits.Limits; importing it here would load torch
 # for every CLI command, so the options take None and fall back to those defaults.
 
 
@@ -27,8 +27,9 @@ def serve(
     max_text_chars: Annotated[Optional[int], typer.Option(help="Longest text (characters) predicted or stored [default: 2000]")] = None,
     max_examples: Annotated[Optional[int], typer.Option(help="Most examples in one write [default: 1000]")] = None,
     max_label_chars: Annotated[Optional[int], typer.Option(help="Longest label name (characters) [default: 100]")] = None,
-    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its headers, and its body [default: 30]")] = None,
-    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; more are answered 503 [default: 256]")] = None,
+    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its request, headers and body in all [default: 30]")] = None,
+    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; over it a new one closes the oldest not being worked on (idle or still sending) [default: 1024]")] = None,
+    max_in_flight: Annotated[Optional[int], typer.Option(help="Requests worked on at once; more are answered 503 (/healthz always answered) [default: 128]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
     capture: Annotated[Optional[int], typer.Option(help="Keep up to N predicted texts the service could not place (rejected or low-margin) in the model's store, for the console's inbox; needs --token-file [default: 0 = off]")] = None,
     capture_days: Annotated[Optional[float], typer.Option(help="Forget a captured text not seen again for this many days [default: 7]")] = None,
@@ -36,14 +37,15 @@ def serve(
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs), with a label
     console for the browser at / ."""
-    from dyntc.classifier.service.app import Limits, run
     from dyntc.classifier.service.inbox import CapturePolicy
+    from dyntc.classifier.service.limits import Limits
+    from dyntc.classifier.service.server import run
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
-                 max_connections=max_connections, workers=workers)
+                 max_connections=max_connections, max_in_flight=max_in_flight, workers=workers)
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
     captured = dict(capture=capture, capture_days=capture_days, capture_margin=capture_margin)
     policy = CapturePolicy(**{k: v for k, v in captured.items() if v is not None})
