@@ -453,6 +453,13 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         return self._labels_changed()
 
     @recorded
+    def remove_examples(self, name: Any, examples: Sequence[str]) -> list:
+        """Remove `examples` (every occurrence of each) from label `name`; at least one must remain.
+        The other examples keep their stored points: nothing is re-encoded."""
+        self.labels_.remove_examples(self._targets.name(name, "name"), examples)
+        return self._labels_changed()
+
+    @recorded
     def remove_label(self, name: Any) -> list:
         """Remove label `name` (it can no longer be predicted). At least one label must remain."""
         self.labels_.remove_label(self._targets.name(name, "name"))

@@ -296,6 +296,24 @@ class LabelSet:
         self._refresh([name])
         self.log.append({"op": "add_examples", "label": name, "examples": len(examples)})
 
+    def remove_examples(self, name: str, examples: Sequence[str]) -> None:
+        """Remove every occurrence of each of `examples` from label `name`'s support (stored points of the
+        others kept, nothing re-encoded); at least one example must remain."""
+        self.require(name)
+        examples = set(check_examples(examples))
+        old = self._support[name]
+        missing = sorted(examples - set(old.texts))
+        if missing:
+            raise DyntcError(f"{missing[0][:60]!r} is not an example of label {name!r}"
+                             + (f" (nor {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        keep = [i for i, t in enumerate(old.texts) if t not in examples]
+        if not keep:
+            raise DyntcError(f"removing these examples would leave label {name!r} with none: remove the label instead")
+        parts = [old.stored_parts()[i] for i in keep] if old.parts else None
+        self._set(name, Support.of([old.texts[i] for i in keep], old.points[keep], parts))
+        self._refresh([name])
+        self.log.append({"op": "remove_examples", "label": name, "examples": len(old.texts) - len(keep)})
+
     def remove_label(self, name: str) -> None:
         self.require(name)
         if len(self) == 1:

@@ -31,7 +31,9 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dyntc.classifier import DynamicClassifier
-from dyntc.classifier.service.access import Access
+from dyntc.classifier.service import console
+from dyntc.classifier.service.access import Access, _bearer, _same_token
+from dyntc.classifier.service.inbox import CapturePolicy
 from dyntc.classifier.service.limits import HTTPError, Limits, RequestGuard, check_batch, check_write
 from dyntc.classifier.service.service import Service
 from dyntc.classifier.store import StoreFullError, StoreUnavailableError
@@ -131,6 +133,8 @@ def predict(req: PredictRequest, service: Service = Depends(service_of)) -> dict
         # in chunks: between two, the interpreter lock is free for a short request's Python work
         scores = np.concatenate([clf.label_scores(req.texts[i: i + EMBED_CHUNK])
                                  for i in range(0, len(req.texts), EMBED_CHUNK)])
+    if service.inbox is not None:  # dyntc serve --capture: the texts it could not place, for the console
+        service.inbox.observe(clf, req.texts, scores)
     return {"version": clf.version_, "labels": clf.classes_.tolist(),
             "results": clf.prediction_records(scores, top_k=req.top_k, proba=req.proba, reject=req.reject,
                                               ranking=req.ranking)}
@@ -220,15 +224,22 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Access = Access(),
-               routers: Iterable[APIRouter] = ()) -> RequestGuard:
+               routers: Iterable[APIRouter] = (), capture: CapturePolicy = CapturePolicy()) -> RequestGuard:
     """The application serving the classifier saved at `model_dir` (a directory or a
-    ``postgresql://`` URL): FastAPI with the :data:`ROUTERS` and any further `routers`, wrapped in
+    ``postgresql://`` URL): FastAPI with the :data:`ROUTERS` and any further `routers`, and the
+    console (:mod:`~dyntc.classifier.service.console`) with its inbox (`capture`), wrapped in
     its :class:`~dyntc.classifier.service.limits.RequestGuard`. ``.app.state.service`` is the
     :class:`~dyntc.classifier.service.service.Service`."""
     service = Service(model_dir, limits=limits, access=access)
-    app = FastAPI(title="dyntc", description="A text classifier whose label set changes live.")
+    service.inbox = console.open_inbox(service, capture)
+    # /docs is served by the console from local files, not from a CDN
+    app = FastAPI(title="dyntc", description="A text classifier whose label set changes live.",
+                  docs_url=None, redoc_url=None)
     app.state.service = service
     _install_error_handlers(app)
     for router in (*ROUTERS, *routers):
         app.include_router(router)
+    console.install(app, service, service.inbox, console.Hooks(
+        reader, writer, labels_body, check_write,
+        lambda request, token: token is not None and _same_token(_bearer(request), token)))
     return RequestGuard(app, limits, access.host_refusal)
