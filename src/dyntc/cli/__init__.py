@@ -43,6 +43,9 @@ def _register() -> None:
     app.command("predict")(classifier.predict)
     app.command("evaluate")(classifier.evaluate)
     app.add_typer(classifier.labels_app, name="labels")
+    from dyntc.cli import labels_io
+
+    labels_io.register(classifier.labels_app)
 
     from dyntc.cli import discovery
 

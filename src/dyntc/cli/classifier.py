@@ -477,7 +477,7 @@ def predict(
         return
     if reject:
         clf.require_calibration("--reject")
-    scores = clf.decision_function(texts)  # -d², one embedding pass for all outputs
+    scores = clf.label_scores(texts)  # one embedding pass for all outputs
     out = sys.stdout
     for text, record in zip(texts, clf.prediction_records(scores, top_k=top_k, proba=proba, reject=reject)):
         out.write(json.dumps({"text": text, **record}, ensure_ascii=False) + "\n")
