@@ -237,14 +237,16 @@ def test_split_with_reassign_moves_old_examples_to_nearest_new_label(proto):
     x = clf.encode(old_texts).astype(np.float64)
     d2 = np.stack([((x - means[name]) ** 2).sum(1) for name in parts], axis=1)
     goes = [list(parts)[j] for j in d2.argmin(1)]
-    expected = {name: parts[name] + [t for t, g in zip(old_texts, goes) if g == name] for name in parts}
+    given = {t for examples in parts.values() for t in examples}  # an old example given again is not doubled
+    expected = {name: parts[name] + [t for t, g in zip(old_texts, goes) if g == name and t not in given]
+                for name in parts}
     assert all(len(v) > 2 for v in expected.values())  # both new labels get some: the test means something
 
     assert clf.split_label("balance", parts, reassign=True) == ["alarm", "balance_check", "balance_history", "timer", "weather"]
     assert "balance" not in clf.classes_
     assert {name: clf.support(name) for name in parts} == expected
     got = clf.support("balance_check")[2:] + clf.support("balance_history")[2:]
-    assert sorted(got) == sorted(old_texts)
+    assert sorted(got) == sorted(t for t in old_texts if t not in given)
     protos = _prototypes(clf)
     for name in parts:  # the prototypes then take in the reassigned examples too
         np.testing.assert_allclose(protos[name][0].numpy(), _hand_prototype(clf, expected[name]), atol=1e-6)

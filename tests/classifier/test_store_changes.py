@@ -10,7 +10,7 @@ from dyntc.classifier.store import ModelStore
 
 
 def _same(a: DynamicClassifier, b: DynamicClassifier) -> bool:
-    return (a.classes_ == b.classes_ and a.support_counts() == b.support_counts() and a.version_ == b.version_
+    return (a.classes_.tolist() == b.classes_.tolist() and a.support_counts() == b.support_counts() and a.version_ == b.version_
             and all(a.support(c) == b.support(c) and torch.equal(a.labels_.support(c).points, b.labels_.support(c).points)
                     and torch.equal(a.labels_._prototypes[c], b.labels_._prototypes[c]) for c in a.classes_))
 
