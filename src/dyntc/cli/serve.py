@@ -3,6 +3,7 @@ or on a model in PostgreSQL that several replicas share (docs/deployment.md)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,14 +31,21 @@ def serve(
     request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its headers, and its body [default: 30]")] = None,
     max_connections: Annotated[Optional[int], typer.Option(help="Open connections; more are answered 503 [default: 256]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
+    access_log: Annotated[bool, typer.Option(help="Print one line per request on stderr (client, method, path, status)")] = False,
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs)."""
-    from dyntc.classifier.service.app import Limits, run
+    from dyntc.cli import missing_extra
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")
+    for module in ("fastapi", "uvicorn"):
+        if importlib.util.find_spec(module) is None:
+            raise missing_extra(module, "`dyntc serve`")
+    from dyntc.classifier.service.app import Limits, run
+
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
                  max_connections=max_connections, workers=workers)
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
-    run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits)
+    run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits,
+        access_log=access_log)

@@ -41,11 +41,13 @@ restore) go through one :class:`Service`:
 from __future__ import annotations
 
 import asyncio
+import copy
 import hmac
 import ipaddress
 import json
 import os
 import stat
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -550,8 +552,9 @@ def read_token(path: Path, what: str = "token file") -> str:
 
 
 def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None = None, read_token_file: Path | None = None,
-        insecure: bool = False, limits: Limits = Limits()) -> None:
-    """Serve until interrupted (the ``dyntc serve`` command)."""
+        insecure: bool = False, limits: Limits = Limits(), access_log: bool = False) -> None:
+    """Serve until interrupted (the ``dyntc serve`` command): prints ``listening on http://HOST:PORT``
+    on stderr once the socket is bound; with `access_log`, one line per request."""
     import torch
     import uvicorn
 
@@ -567,8 +570,38 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
     torch.set_num_threads(1)  # one thread per embedding worker (EmbeddingWorkers): no oversubscription
     app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=_timed_h11(limits.request_timeout_s),
-                            limit_concurrency=limits.max_connections, timeout_keep_alive=5)
-    uvicorn.Server(config).run()
+                            limit_concurrency=limits.max_connections, timeout_keep_alive=5, access_log=access_log,
+                            log_config=_log_config(access_log))
+    _announcing_server(config).run()
+
+
+def _log_config(access_log: bool) -> dict:
+    """uvicorn's logging: its warnings and errors, and with `access_log` its access lines, on stderr."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["uvicorn.access"]["level"] = "INFO" if access_log else "WARNING"
+    return config
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _announcing_server(config):
+    """uvicorn's server, saying where it listens once its socket is bound (uvicorn's own line is at
+    info level, which would also bring its per-connection chatter)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                bound = [s.getsockname() for server in self.servers for s in server.sockets]
+                port = bound[0][1] if bound else config.port
+                print(f"listening on {_url(config.host, port)} (Ctrl+C to stop)", file=sys.stderr, flush=True)
+
+    return Server(config)
 
 
 def _timed_h11(timeout_s: float):
