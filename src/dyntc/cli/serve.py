@@ -3,7 +3,6 @@ or on a model in PostgreSQL that several replicas share (docs/deployment.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -38,9 +37,11 @@ def serve(
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")
-    for module in ("fastapi", "uvicorn"):
-        if importlib.util.find_spec(module) is None:
-            raise missing_extra(module, "`dyntc serve`")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc.name, "`dyntc serve`") from None
     from dyntc.classifier.service.app import Limits, run
 
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,

@@ -45,6 +45,7 @@ import copy
 import hmac
 import ipaddress
 import json
+import logging
 import os
 import stat
 import sys
@@ -571,16 +572,18 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
     app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=_timed_h11(limits.request_timeout_s),
                             limit_concurrency=limits.max_connections, timeout_keep_alive=5, access_log=access_log,
-                            log_config=_log_config(access_log))
+                            log_config=_log_config())
+    if access_log:  # log_level set every uvicorn logger to warnings: the access lines are at info
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     _announcing_server(config).run()
 
 
-def _log_config(access_log: bool) -> dict:
-    """uvicorn's logging: its warnings and errors, and with `access_log` its access lines, on stderr."""
+def _log_config() -> dict:
+    """uvicorn's logging, its access lines on stderr as well (stdout is left to the application)."""
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"]["uvicorn.access"]["level"] = "INFO" if access_log else "WARNING"
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
     return config
 
 
