@@ -16,4 +16,5 @@ trap 'rm -rf "$work"' EXIT
 pip=("$work/venv/bin/pip" install -q --disable-pip-version-check)
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" '.[pretrained,serve]'
-DYNTC_README_BIN="$work/venv/bin" "$TEST_PYTHON" -m pytest -q -p no:cacheprovider tests/test_readme.py -k "README"
+DYNTC_README_BIN="$work/venv/bin" "$TEST_PYTHON" -m pytest -q -p no:cacheprovider \
+  "tests/test_readme.py::test_python_blocks_run[README.md]" "tests/test_readme.py::test_bash_blocks_run[README.md]"

@@ -167,7 +167,7 @@ def _free_port() -> int:
 
 def _command(tmp_path: Path) -> dict:
     """The environment in which `dyntc` is this tree's command (or DYNTC_README_BIN's)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DYNTC_PROGRESS")}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if BIN:
         return {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}"}
     bin_dir = tmp_path / ".bin"
