@@ -152,7 +152,7 @@ def test_predict_inputs(model, tmp_path):
     assert from_stdin == from_jsonl
     assert all(0 < r["probability"] <= 1 for r in from_txt) and "top_k" not in from_txt[0]
     code, _, err = cli("predict", model, input='{"txt": "oops"}\n')
-    assert code == 2 and '"text" field' in err
+    assert code == 2 and "no column 'text'" in err and "['txt']" in err
 
 
 @pytest.mark.data

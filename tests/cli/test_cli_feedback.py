@@ -48,7 +48,7 @@ def test_serve_without_its_extra_is_one_line_naming_it(toy_model, dyntc_cli, mon
 
 
 def test_a_missing_extra_anywhere_is_named(dyntc_cli, monkeypatch, toy_files):
-    from dyntc.cli import missing_extra
+    from dyntc.cli.common import missing_extra
 
     assert "pip install 'dyntc[postgres]'" in str(missing_extra("psycopg", "x"))
     assert "pip install 'dyntc[ray]'" in str(missing_extra("ray.util", "x"))

