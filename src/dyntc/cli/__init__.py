@@ -37,6 +37,7 @@ app = typer.Typer(
     add_completion=False,
 )
 
+
 def _register() -> None:
     from dyntc.cli import classifier, labels, reproduce, serve, train
 
@@ -53,8 +54,8 @@ def _register() -> None:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    text = str(message)
-    print(f"warning: {text.removeprefix('dyntc: ')}", file=sys.stderr)
+    """A library warning as one line, without the file and line it was raised at."""
+    print(f"warning: {str(message).removeprefix('dyntc: ')}", file=sys.stderr)
 
 
 def _usage_error(exc: click_errors.UsageError) -> str:
