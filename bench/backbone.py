@@ -17,7 +17,7 @@ Then:
 * **inference**: the same texts embedded in eval mode without gradient (what a frozen backbone pays
   per text), for scale.
 
-    DYNTC_DATA=../shared/datasets python -m bench.backbone [--episodes 10] [--threads 2]
+    python -m bench.backbone [--episodes 10] [--threads 2]
 
 No assertions: timings on a shared machine are noisy (the load average is printed before and after).
 """

@@ -1,7 +1,7 @@
-"""`DynamicClassifier` latency and throughput against the bare backbone it runs (issue 12's targets:
+"""`DynamicClassifier` latency and throughput against the bare backbone it runs (the targets:
 ``add_label`` with 5 examples <= 50 ms, prediction >= 500 texts/s with MiniLM on 2 cores).
 
-    DYNTC_DATA=../shared/datasets python -m bench.classifier [--threads 2] [--labels 20] [--predict-texts 2000]
+    python -m bench.classifier [--threads 2] [--labels 20] [--predict-texts 2000]
 
 Fits ``DynamicClassifier()`` (frozen all-MiniLM-L6-v2, no head, Euclidean, support-size correction)
 on CLINC150's training split (150 intents, ``--fit-per-label`` texts each; fit time printed, not the

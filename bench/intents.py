@@ -31,7 +31,7 @@ the product's encoder path and cached under ``runs/intents_cache/``.
 Approach ``setfit[:head=balanced]`` is the SetFit peer (optional extra ``.[setfit]``, not in the
 default list: it fine-tunes the encoder for ~10 minutes per training set on a 2-core CPU).
 
-    DYNTC_DATA=../shared/datasets python -m bench.intents --split dev
+    python -m bench.intents --split dev
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def profile(dataset: str, episodes: int) -> None:
 
 
 def compare_jobs(dataset: str) -> None:
-    from dyntc.protocol.runner import reproduce
+    from dyntc.protocol.reproduce import reproduce
 
     walls, rows = {}, {}
     with tempfile.TemporaryDirectory() as tmp:

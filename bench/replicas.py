@@ -17,7 +17,7 @@ existing database), fits a classifier on a CLINC150 sample (default: the tiny SR
 3. ``lost``: two writer threads per replica add labels for ``--seconds``; one replica is killed with
    SIGKILL a third of the way in; every acknowledged label must be in the store.
 
-    DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.replicas
+    .venv/bin/python -m bench.replicas
 """
 
 from __future__ import annotations

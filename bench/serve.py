@@ -19,7 +19,7 @@ side), so that other work on the machine weighs on both sides alike.
 
 Bounded: a fixed time or number of requests per phase, each request with a timeout; loopback only.
 
-    DYNTC_DATA=../shared/datasets .venv/bin/python -m bench.serve
+    .venv/bin/python -m bench.serve
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The dynamic intent scenario of issue #12, every approach on the same split.
+"""The dynamic intent scenario, every approach on the same split.
 
 Fit on the intents of some domains with all their training data, then add the intents of the other
 domains with ``--shots`` examples each; accuracy on the official test split, old / new intents:
@@ -12,7 +12,7 @@ domains with ``--shots`` examples each; accuracy on the official test split, old
 - ``backbone``: ``DynamicClassifier(train="backbone")``: episodic fine-tuning of MiniLM's top 2 layers
   within ``--time-budget`` seconds;
 - ``head``: ``DynamicClassifier(train="head")``: a trained 384->128 head on the frozen backbone (the
-  default before issue 12's second round);
+  classifier's earlier default);
 - ``minilm-hyp``: ``DynamicClassifier(metric="hyperbolic")``;
 - ``sru-hyp``: ``DynamicClassifier(encoder="sru", metric="hyperbolic")``, the paper's encoder and metric at the classifier's budget (the first default);
 - ``centroid``: frozen all-MiniLM-L6-v2, nearest class centroid, no training at all;
@@ -26,8 +26,8 @@ Also per approach: recall of 5-shot vs many-shot labels and how often new labels
 ``calibrate`` on the validation split (in-scope accuracy counting a rejection as an error, OOS recall
 on ``oos_test``), beside Larson et al. (2019). Run::
 
-    DYNTC_DATA=../shared/datasets .venv/bin/python examples/intent_scenario.py --dataset clinc150 --json runs/clinc150_scenario.json
-    DYNTC_DATA=../shared/datasets .venv/bin/python examples/intent_scenario.py --dataset hwu64 --json runs/hwu64_scenario.json
+    .venv/bin/python examples/intent_scenario.py --dataset clinc150 --json runs/clinc150_scenario.json
+    .venv/bin/python examples/intent_scenario.py --dataset hwu64 --json runs/hwu64_scenario.json
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Splitting and merging labels (issue 12, item 5): ``DynamicClassifier`` label operations against
+"""Splitting and merging labels: ``DynamicClassifier`` label operations against
 retraining a static classifier on the same frozen backbone.
 
 * **split**: ``--pairs`` pairs of intents from the same domain start as one label each (all their
@@ -10,7 +10,7 @@ retraining a static classifier on the same frozen backbone.
 
 Accuracy on the official test split, on the texts of the labels that changed and on the others::
 
-    DYNTC_DATA=../shared/datasets .venv/bin/python examples/split_merge_scenario.py --dataset clinc150
+    .venv/bin/python examples/split_merge_scenario.py --dataset clinc150
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-label recall by support size within one label set (issue 12, item 4), with and without the
+"""Per-label recall by support size within one label set, with and without the
 support-size correction (``DynamicClassifier(debias=...)``).
 
 Every intent of the dataset is a label; a random half gets 5 training examples, the other half 100
@@ -6,7 +6,7 @@ Every intent of the dataset is a label; a random half gets 5 training examples, 
 of the many-shot labels, and the 5-shot labels' share of the predictions against their true share,
 on the validation and the test split, averaged over ``--seeds`` random halves::
 
-    DYNTC_DATA=../shared/datasets .venv/bin/python examples/support_size.py --dataset clinc150
+    .venv/bin/python examples/support_size.py --dataset clinc150
 """
 
 from __future__ import annotations

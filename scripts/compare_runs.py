@@ -90,7 +90,7 @@ NAMES = {("mlp", "un-tuned"): "MLP-KNN (un-tuned)"}
 
 def markdown_table(results: dict, ours: dict) -> None:
     """The versus-paper figures as a markdown table: mean ± std [paper's mean], bold where ours is more
-    than 2 points under the paper (the bar of issue 11); `(n=k)` where fewer splits have the cell."""
+    than 2 points under the paper (the bar a cell must clear to count as reproduced); `(n=k)` where fewer splits have the cell."""
     ns = sorted({r["n_fine"] for r in results["rows"]})
     splits = n_splits(results, ours)
     print(f"| {results['dataset'].upper()} | " + " | ".join(f"n_fine {n}" if i == 0 else str(n) for i, n in enumerate(ns)) + " |")

@@ -1,7 +1,7 @@
 """Helpers of the protocol tests (tests/protocol/): a `tiny` run of the protocol, a results row without
 its timings, and a training function wrapper that counts (or interrupts) its calls."""
 
-from dyntc.protocol.runner import reproduce
+from dyntc.protocol.reproduce import reproduce
 
 
 def run_tiny(data, out, **kw):

@@ -12,7 +12,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 #: absent). A test using one, directly or through another fixture, must be marked `data` (registered
 #: in pyproject.toml), so that `pytest -m "not data"` is the suite that needs no data set; a test that
 #: loads a data set by other means is marked by hand.
-DATA_FIXTURES = frozenset({"data_dir", "clinc_raw", "sent", "small_sent"})
+DATA_FIXTURES = frozenset({"data_dir", "clinc_raw", "sent", "small_sent", "sent_encoded"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,6 +46,26 @@ def sent(data_dir):
     if not (data_dir / "twitter-airline-sentiment" / "Tweets.csv").is_file():
         pytest.skip(f"Tweets.csv not found under {data_dir}")
     return load("sent", data_dir)
+
+
+@pytest.fixture(scope="module")
+def sent_encoded(sent):
+    """A small SRU (``_training.SMALL``) on SENT and its featurized splits: ``(encoder, train, dev, test,
+    majority test accuracy)``."""
+    from collections import Counter
+
+    from _training import SMALL
+    from dyntc.core.encoders import create_encoder
+    from dyntc.core.inference import Encoded
+
+    classes = sent.labels
+    # torch's default generator starts from a random seed in each process: without this the encoder's
+    # initial weights, and so every trajectory a test pins (e.g. where patience stops), vary by run
+    torch.manual_seed(0)
+    encoder = create_encoder("sru", sent.train.texts, **SMALL)
+    train, dev, test = (Encoded.of(encoder, s.texts, s.labels, classes) for s in (sent.train, sent.dev, sent.test))
+    majority = Counter(test.labels.tolist()).most_common(1)[0][1] / len(test)
+    return encoder, train, dev, test, majority
 
 
 @pytest.fixture(scope="session")

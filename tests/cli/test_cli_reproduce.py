@@ -14,7 +14,7 @@ from dyntc.protocol.options import ReproduceOptions, available_device
 @pytest.fixture
 def calls(monkeypatch, run_dyntc):
     """`dyntc reproduce ARGS` in this process, the runner replaced; returns its (args, options, log)."""
-    from dyntc.protocol import runner
+    from dyntc.protocol import reproduce as pipeline
 
     seen = []
 
@@ -22,7 +22,7 @@ def calls(monkeypatch, run_dyntc):
         seen.append(((dataset, profile, out), options, log))
         return {"rows": [], "finished": True}
 
-    monkeypatch.setattr(runner, "reproduce", fake)
+    monkeypatch.setattr(pipeline, "reproduce", fake)
 
     def run(*args):
         run_dyntc("reproduce", *args)

@@ -99,7 +99,7 @@ def test_episode_sampler_rejects_tiny_classes_and_bad_sizes():
         EpisodeSampler(np.zeros(10, int))
 
 
-# ---- issue 11 options: logit scale, norm clip --------------------------------------------------------
+# ---- PrototypicalNetwork options: logit scale, norm clip --------------------------------------------------------
 
 
 def test_soft_clip_norm_bounds_the_norm_keeps_direction_and_is_smooth_at_zero():
@@ -158,7 +158,7 @@ def test_option_validation(bad, msg):
         PrototypicalNetwork(IdentityEncoder(), "hyperbolic", **bad)
 
 
-# ---- hard-negative episodes (issue 12) -------------------------------------------------------------
+# ---- hard-negative episodes -------------------------------------------------------------------
 
 def _confuse(sampler, a, b, n=50):
     """Record `n` episodes of all 10 classes, one query each, in which the model is nearly always right

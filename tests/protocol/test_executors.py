@@ -1,6 +1,6 @@
 """Executors of `dyntc reproduce`: the Ray executor on a real local Ray cluster (2 CPUs) gives the cells
 of `--jobs 1`, resumes, and names a failing unit; without Ray, `--executor ray` is refused with the
-install command. The local executor (`--jobs N`) is tested in test_runner.py."""
+install command. The local executor (`--jobs N`) is tested in test_reproduce.py."""
 
 import json
 import shutil
@@ -184,7 +184,7 @@ def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cl
     """Stopped during EUC's pretraining in a local run, the stage's snapshot is sent with the unit: the
     Ray task goes on from its step 10 (half the stage's work) and ends with the uninterrupted run's
     cells; the snapshot is then gone from the driver's run directory."""
-    from dyntc.protocol import runner
+    from dyntc.protocol import reproduce as pipeline
 
     with pytest.raises(KeyboardInterrupt):
         run_tiny(small_sent, tmp_path, models="euc", variants="un-tuned")
@@ -192,13 +192,13 @@ def test_a_stage_stopped_mid_way_resumes_on_ray_from_the_drivers_snapshot(ray_cl
     assert torch.load(snapshot, weights_only=True)["step"] == 10
     stop_first_stage.restore()
     work, planned = {}, {}
-    report = runner.Progress.report
+    report = pipeline.Progress.report
 
     def counted(self, stage, n, finished):
         work[stage], planned[stage] = work.get(stage, 0) + n, self.costs[stage]
         return report(self, stage, n, finished)
 
-    monkeypatch.setattr(runner.Progress, "report", counted)
+    monkeypatch.setattr(pipeline.Progress, "report", counted)
     resumed = run_tiny(small_sent, tmp_path, models="euc", variants="un-tuned", executor="ray")
     expected = [r for r in sequential[1]["rows"] if r["model"] == "euc" and r["variant"] == "un-tuned"]
     assert [without_timings(r) for r in resumed["rows"]] == [without_timings(r) for r in expected]

@@ -8,6 +8,8 @@ import pytest
 
 import dyntc.protocol as protocol
 from dyntc.errors import DyntcError
+from dyntc.core.stopping import snapshot_key
+from dyntc.core.training import TrainConfig
 from dyntc.protocol import make_plan, model_view
 
 
@@ -201,3 +203,83 @@ def test_embeddings_option_is_checked_and_not_in_the_fingerprint(tmp_path):
         make_plan("sent", "paper", embeddings=tmp_path / "missing.txt")
     with pytest.raises(DyntcError, match="applies to the sru encoder only"):
         make_plan("sent", "paper", encoder="minilm", models="logreg", embeddings=glove)
+
+
+def test_finetune_fit_head_reaches_only_the_mlp_fine_tuning_stage():
+    from dyntc.protocol import PAPER, make_plan
+
+    profile = dataclasses.replace(PAPER, per_model={"sent": {"mlp": {"finetune_fit_head": True}}})
+    plan = make_plan("sent", profile)
+    assert plan.train_config("finetune", 0, model="mlp").fit_head
+    assert not plan.train_config("pretrain", 0, model="mlp").fit_head
+    assert not plan.train_config("scratch", 0, model="mlp").fit_head
+    assert not plan.train_config("finetune", 0, model="euc").fit_head
+    assert not make_plan("wos", PAPER).train_config("finetune", 0, model="mlp").fit_head
+    assert all(make_plan(d, PAPER).train_config("finetune", 0, model="mlp").fit_head for d in ("sent", "news"))
+    with pytest.raises(DyntcError, match=r"per_model\['sent'\]\['euc'\] sets finetune_fit_head"):
+        dataclasses.replace(PAPER, per_model={"sent": {"euc": {"finetune_fit_head": True}}})
+    assert "fit_head" not in snapshot_key(TrainConfig(), "supervised")  # old snapshots keep their key
+    assert "('fit_head', True)" in snapshot_key(TrainConfig(fit_head=True), "supervised")
+
+
+def test_euclidean_warmup_reaches_only_hyp_pretraining_and_keeps_other_work_valid():
+    from dyntc.protocol import PAPER, make_plan
+    from dyntc.protocol.plan import model_view
+    from dyntc.protocol.profiles import parse_setting
+
+    profile = dataclasses.replace(PAPER, per_model={"sent": {"hyp": {"euclidean_warmup": 2000}}})
+    plan = make_plan("sent", profile)
+    assert plan.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000
+    assert plan.train_config("finetune", 0, model="hyp").euclidean_warmup == 0
+    assert plan.train_config("scratch", 0, model="hyp").euclidean_warmup == 0
+    assert plan.train_config("pretrain", 0, model="euc").euclidean_warmup == 0
+    # set for the whole profile it still acts on HYP alone, and EUC's and the MLP's work stays valid
+    everyone = make_plan("sent", PAPER, settings={"euclidean_warmup": "2000"})
+    assert everyone.train_config("pretrain", 0, model="hyp").euclidean_warmup == 2000
+    assert everyone.train_config("pretrain", 0, model="mlp").euclidean_warmup == 0
+    base = make_plan("sent", PAPER).fingerprint()
+    for model in ("euc", "mlp"):
+        assert model_view(everyone.fingerprint(), model) == model_view(base, model)
+    assert model_view(everyone.fingerprint(), "hyp") != model_view(base, "hyp")
+    assert "euclidean_warmup" not in json.dumps(base)  # runs recorded before it existed still resume
+    assert "euclidean_warmup" not in snapshot_key(TrainConfig(), "prototypical")
+    for model in ("euc", "mlp"):
+        with pytest.raises(DyntcError, match=rf"per_model\['sent'\]\['{model}'\] sets euclidean_warmup"):
+            dataclasses.replace(PAPER, per_model={"sent": {model: {"euclidean_warmup": 100}}})
+    assert parse_setting("euclidean_warmup", "1500") == 1500
+    with pytest.raises(DyntcError, match="whole number of episodes"):
+        parse_setting("euclidean_warmup", "1e3")
+
+
+def test_euclidean_warmup_lr_reaches_only_hyp_pretraining_with_a_warmup():
+    from dyntc.protocol import PAPER, make_plan
+    from dyntc.protocol.plan import model_view
+    from dyntc.protocol.profiles import parse_setting
+
+    hyp = {"euclidean_warmup": 2000, "euclidean_warmup_lr": 1e-3, "lr": 3e-4}
+    plan = make_plan("news", dataclasses.replace(PAPER, per_model={"news": {"hyp": hyp}}))
+    pre = plan.train_config("pretrain", 0, model="hyp")
+    assert (pre.lr, pre.euclidean_warmup, pre.euclidean_warmup_lr) == (3e-4, 2000, 1e-3)
+    assert plan.train_config("finetune", 0, model="hyp").euclidean_warmup_lr is None
+    assert plan.train_config("pretrain", 0, model="euc").euclidean_warmup_lr is None
+    # a rate without a warm-up is refused when the run is planned, before any work (SENT: its profile
+    # has no warm-up; NEWS's `paper` HYP has one)
+    with pytest.raises(DyntcError, match="set euclidean_warmup"):
+        make_plan("sent", PAPER, settings={"euclidean_warmup_lr": "1e-3"})
+    with pytest.raises(DyntcError, match="or euclidean_warmup_lr=none"):
+        make_plan("news", PAPER, settings={"euclidean_warmup": "0"})
+    with pytest.raises(DyntcError, match="or scratch_unclipped_warmup=no"):  # NEWS HYP's scratch warm-up is unclipped
+        make_plan("news", PAPER, settings={"euclidean_warmup": "0", "euclidean_warmup_lr": "none"})
+    off = make_plan("news", PAPER, settings={"euclidean_warmup": "0", "euclidean_warmup_lr": "none",
+                                             "scratch_unclipped_warmup": "no"})
+    assert off.train_config("pretrain", 0, model="hyp").euclidean_warmup == 0
+    assert make_plan("sent", PAPER, models="euc", settings={"euclidean_warmup_lr": "1e-3"})  # no HYP: nothing to warm
+    both = make_plan("sent", PAPER, settings={"euclidean_warmup": "100", "euclidean_warmup_lr": "1e-3"})
+    base = make_plan("sent", PAPER).fingerprint()
+    assert model_view(both.fingerprint(), "euc") == model_view(base, "euc")
+    assert model_view(both.fingerprint(), "hyp") != model_view(base, "hyp")
+    assert "euclidean_warmup_lr" not in json.dumps(base)
+    with pytest.raises(DyntcError, match=r"per_model\['news'\]\['euc'\] sets euclidean_warmup_lr"):
+        dataclasses.replace(PAPER, per_model={"news": {"euc": {"euclidean_warmup_lr": 1e-3}}})
+    assert parse_setting("euclidean_warmup_lr", "1e-3") == 1e-3
+    assert parse_setting("euclidean_warmup_lr", "none") is None

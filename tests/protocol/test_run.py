@@ -1,10 +1,9 @@
-"""`ProtocolRun` outside the runner (`dyntc.protocol.run`): the stages' settings, and a finished run's
+"""`ProtocolRun` outside `dyntc reproduce` (`dyntc.protocol.run`): the stages' settings, and a finished run's
 weights read without writing anything."""
 
 import pytest
 
 import dyntc.protocol as protocol
-from dyntc.errors import DyntcError
 from dyntc.protocol import make_plan
 
 pytestmark = pytest.mark.data  # every test runs on real SENT tweets
@@ -23,19 +22,3 @@ def test_finetune_lr_reaches_only_the_fine_tuning_stages_and_old_fingerprints_ho
     unset = make_plan("sent", "quick", settings={"finetune_lr": "none"})
     plain = protocol.ProtocolRun(small_sent, unset, tmp_path / "b", progress=False, log=lambda msg: None)
     assert plain._cfg("finetune", 0, model="hyp").lr == unset.hp["lr"]
-
-
-def test_read_only_run_loads_the_runs_weights_and_writes_nothing(tiny_run, small_sent, counted):
-    from dyntc.protocol.run import read_only_run
-
-    out, results = tiny_run
-    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
-    plan = make_plan("sent", "tiny", models="euc", variants="un-tuned")
-    with read_only_run(out, plan, small_sent) as run:
-        model = run.pretrained(0, "euc")
-    proto, sup = counted
-    assert proto.calls == 0 and sup.calls == 0 and model is not None  # loaded, not pretrained again
-    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
-    with pytest.raises(DyntcError, match="other settings"):
-        with read_only_run(out, make_plan("sent", "tiny", settings={"lr": "0.1"}), small_sent):
-            pass

@@ -1,34 +1,15 @@
-"""The research scripts under scripts/ that read a run or take its options: replay_stopping,
-compare_runs, pretrain_stage, and the diagnostics' `--set`."""
+"""The scripts under scripts/ that read a run: replay_stopping and compare_runs."""
 
 import json
 import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
-
-
-@pytest.mark.parametrize("script, extra", [("scratch_warmup_probe", []), ("hyp_diagnose", ["--out", "OUT"])])
-def test_diagnostic_scripts_refuse_a_bad_set_by_name(script, extra, tmp_path, capsys):
-    """scripts/scratch_warmup_probe.py and scripts/hyp_diagnose.py: a bad --set is a usage error, before any work."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    try:
-        module = __import__(script)
-    finally:
-        sys.path.pop(0)
-    extra = [str(tmp_path / "out") if a == "OUT" else a for a in extra]
-    for bad, message in ((["--set", "max_norm"], "--set: give each as FIELD=VALUE"),
-                         (["--set", "lr=fast"], "lr='fast': expected a number")):
-        with pytest.raises(SystemExit) as exit_:
-            module.main([*bad, *extra])
-        assert exit_.value.code == 2 and message in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.data
@@ -123,29 +104,3 @@ def test_compare_runs_claims_table_pairs_cells_split_by_split(capsys):
     assert lines[5].endswith("| no such cells |")  # no un-tuned cells
     # (60 − 20) / 80 and (50 − 0) / 100: half the scratch model's errors, beside the paper's Analysis
     assert lines[-1].endswith("| 5: EUC 50% [> 53%] |")
-
-
-def test_pretrain_stage_script_takes_the_runs_device_and_embeddings(tmp_path):
-    """scripts/pretrain_stage.py runs a selection stage where `dyntc reproduce` would (--device,
-    --embeddings reach the plan); a device that is not there is a one-line exit, before any work."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    try:
-        import pretrain_stage
-    finally:
-        sys.path.pop(0)
-    glove = tmp_path / "glove.txt"
-    glove.write_text("the " + " ".join(["0.1"] * 50) + "\n")
-    args = pretrain_stage.argparse.Namespace(settings=["lr=1e-3"], dataset="news", model="hyp", split=1, profile="paper",
-                                             device="cpu", embeddings=glove)
-    plan = pretrain_stage._plan(args, selection=True)
-    assert plan.device == "cpu" and Path(plan.embeddings) == glove and plan.model_hp("hyp")["lr"] == 1e-3
-    assert plan.hp["pretrain_min_episodes"] == plan.hp["pretrain_episodes"]  # a selection run: no early stop
-    for bad, message in ((["lr"], "give each as FIELD=VALUE"), (["lr=fast"], "lr='fast': expected a number"),
-                         (["learn_scale=maybe"], "learn_scale='maybe': give a flag"),
-                         (["--profile", "slow"], "unknown profile 'slow'")):
-        with pytest.raises(SystemExit, match=f"pretrain_stage.py: .*{message}"):
-            pretrain_stage.main([str(tmp_path / "out"), *bad])
-    if not torch.cuda.is_available():
-        with pytest.raises(SystemExit, match="pretrain_stage.py: --device 'cuda' requested but no CUDA device"):
-            pretrain_stage.main([str(tmp_path / "out"), "--device", "cuda"])
-    assert not (tmp_path / "out").exists()  # every bad option stops before any work

@@ -11,7 +11,7 @@ import dyntc.protocol as protocol
 from dyntc.protocol.data.types import Dataset, Split
 from dyntc.errors import DyntcError
 from dyntc.protocol import Profile, make_plan, tune_profile
-from dyntc.protocol.runner import reproduce
+from dyntc.protocol.reproduce import reproduce
 from dyntc.protocol.tuning import TuningGrid, candidates, parse_grid, select, tune
 
 

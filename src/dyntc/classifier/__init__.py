@@ -1,10 +1,10 @@
 """The user-facing :class:`DynamicClassifier`, split the way SetFit separates model and trainer:
 
-- :mod:`~dyntc.classifier.model`: the encoder + metric as a space for texts (points, means, distances);
+- :mod:`~dyntc.classifier.space`: the encoder + metric as a space for texts (points, means, distances);
 - :mod:`~dyntc.classifier.labels`: the label set (support examples, prototypes, label operations);
 - :mod:`~dyntc.classifier.head` and :mod:`~dyntc.classifier.live_head`: the cosine head over the
   label set, and its background refresh;
-- :mod:`~dyntc.classifier.fit`: the trainer (episodic training and fine-tuning of a network);
+- :mod:`~dyntc.classifier.trainer`: the trainer (episodic training and fine-tuning of a network);
 - :mod:`~dyntc.classifier.calibration`: temperature, calibration error, out-of-scope threshold;
 - :mod:`~dyntc.classifier.store`: the versioned, locked, crash-safe store of a model directory
   (shared by the library, the CLI and the HTTP service), and :mod:`~dyntc.classifier.saving`:

@@ -15,10 +15,10 @@ only changes the support sets, so it takes effect at once, without waiting for t
     clf.predict(["I need a room in rome for friday"])          # -> ["book_hotel"]
     clf.save("model/");  clf = DynamicClassifier.load("model/")
 
-The parts, none of which knows this class: :class:`~dyntc.classifier.model.MetricSpace` (encoder +
+The parts, none of which knows this class: :class:`~dyntc.classifier.space.MetricSpace` (encoder +
 metric), the :class:`~dyntc.classifier.labels.LabelSet` (support sets, prototypes, label
 operations), :mod:`~dyntc.classifier.params` (what the parameters accept and mean),
-:mod:`~dyntc.classifier.fit` (the trainer: takes a network and a config, returns what it trained),
+:mod:`~dyntc.classifier.trainer` (the trainer: takes a network and a config, returns what it trained),
 :class:`~dyntc.classifier.live_head.LiveHead` (the cosine head and its background refresh),
 :mod:`~dyntc.classifier.calibration` and :mod:`~dyntc.classifier.saving` over the versioned
 :class:`~dyntc.classifier.store.ModelStore`. This class holds the state and the public methods.
@@ -42,12 +42,12 @@ from typing import Any, Self
 import numpy as np
 import torch
 
-from dyntc.classifier import fit as trainer
+from dyntc.classifier import trainer
 from dyntc.classifier import replay, saving
 from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.classifier.live_head import LiveHead, head_config
-from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
@@ -704,6 +704,20 @@ class DynamicClassifier:
         clf._source = (snap.store_id, snap.version)
         return clf
 
+    def _become(self, other: "DynamicClassifier") -> None:
+        """Take `other`'s parameters and state (network, labels, calibration, version, last fine-tuning),
+        in place: how :func:`~dyntc.classifier.saving.commit_edit` hands an edit replayed on a newer
+        version back to the classifier the caller holds."""
+        live = self.__dict__.pop("_live", None)
+        if live is not None:
+            live.retire()  # a refresh of the old labels must not be installed over the new ones
+        for name, value in other.get_params().items():
+            setattr(self, name, value)
+        self.space_, self._labels, self.calibration_, self._source = (other.space_, other._labels,
+                                                                      other.calibration_, other._source)
+        if hasattr(other, "fine_tune_result_"):
+            self.fine_tune_result_ = other.fine_tune_result_
+
     @classmethod
     @contextmanager
     def edit(cls, path: str | Path | ModelStore, *, base: "DynamicClassifier | None" = None,
@@ -731,20 +745,8 @@ class DynamicClassifier:
             yield clf
         finally:
             replay.stop(clf)
-        if not (clf._labels.changed or clf._labels.log or clf.space_.weights_dirty):
-            return
-        with store.transaction() as txn:
-            if clf._source is None or txn.head != clf._source[1] or clf._source[0] != txn.store_id:
-                fresh = cls._from_snapshot(txn.read())  # another writer committed: replay on the newest version
-                replay.replay(fresh, log)
-                live = clf.__dict__.pop("_live", None)
-                if live is not None:
-                    live.retire()
-                clf.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_live"})
-            version = saving.write_version(txn, clf.space_, clf._labels, clf.get_params(), clf.calibration_,
-                                           clf._source, op)
-            store_id = txn.store_id
-        clf._committed(store_id, version)
+        if clf._labels.changed or clf._labels.log or clf.space_.weights_dirty:
+            clf._committed(*saving.commit_edit(store, clf, log, op))
 
     @staticmethod
     def versions(path: str | Path | ModelStore, limit: int | None = None) -> list[dict]:

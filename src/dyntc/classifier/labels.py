@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.space import MetricSpace
 from dyntc.errors import DyntcError, LabelExistsError, UnknownLabelError
 
 

@@ -83,7 +83,7 @@ def head_config(options: Mapping[str, Any] | None) -> tuple[HeadConfig, float]:
 
 
 def features(space: Any, points: torch.Tensor) -> np.ndarray:
-    """The head's input for points of `space` (a :class:`~dyntc.classifier.model.MetricSpace`): their
+    """The head's input for points of `space` (a :class:`~dyntc.classifier.space.MetricSpace`): their
     encoder-space coordinates as float32 (module docstring)."""
     return space.model.space.euclidean_part(points).float().numpy()
 

@@ -101,21 +101,20 @@ def training_mode(params: Mapping[str, Any]) -> str:
 
 def encoder_options(params: Mapping[str, Any]) -> dict:
     """Keyword options of the encoder factory; ``encoder_options`` override (None = the encoder's default)."""
+    from dyntc.core.encoders import encoder_options_for
+
     training = training_mode(params)
     p = params
     if training == "encoder":  # the SRU, trained as a whole
-        options = {"hidden_size": p["hidden_size"], "num_layers": p["num_layers"], "dropout": p["dropout"],
-                   "max_len": p["max_len"], "embeddings": p["embeddings"]}
-    elif p["encoder"] == "hashing":  # nothing to shape but its own options
-        options = {}
+        shape = {"hidden_size": p["hidden_size"], "num_layers": p["num_layers"], "dropout": p["dropout"],
+                 "embeddings": p["embeddings"]}
     elif training == "head":
-        options = {"mode": "frozen", "hidden_size": p["hidden_size"], "num_layers": p["num_layers"],
-                   "dropout": p["dropout"], "max_len": p["max_len"]}
+        shape = {"mode": "frozen", "hidden_size": p["hidden_size"], "num_layers": p["num_layers"], "dropout": p["dropout"]}
     elif training == "backbone":
-        options = {"mode": "finetune", "num_layers": 0, "max_len": p["max_len"], "train_layers": BACKBONE_LAYERS}
+        shape = {"mode": "finetune", "num_layers": 0, "train_layers": BACKBONE_LAYERS}
     else:
-        options = {"mode": "frozen", "num_layers": 0, "max_len": p["max_len"]}
-    return {**options, **(p["encoder_options"] or {})}
+        shape = {"mode": "frozen", "num_layers": 0}
+    return encoder_options_for(p["encoder"], max_len=p["max_len"], overrides=p["encoder_options"], **shape)
 
 
 def network_options(params: Mapping[str, Any]) -> dict:
@@ -144,5 +143,5 @@ def train_config(params: Mapping[str, Any], episodes: int, lr: float):
 
 
 def space_options(params: Mapping[str, Any]) -> dict:
-    """The :class:`~dyntc.classifier.model.MetricSpace` attributes that follow the parameters at once."""
+    """The :class:`~dyntc.classifier.space.MetricSpace` attributes that follow the parameters at once."""
     return {"device": str(params["device"]), "batch_size": params["batch_size"], "extend_vocab": params["extend_vocab"]}

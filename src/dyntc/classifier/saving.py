@@ -5,7 +5,7 @@ to that store at that version writes only the labels changed since (``LabelSet.c
 anywhere else writes the whole label set (:func:`write_version`; :func:`read_version` the other way).
 The classifier's ``save`` refuses to commit over a newer version (its changes would be lost); its
 ``edit`` prepares a change without the store's lock and replays it on the newest version if one
-appeared, so it never has to refuse.
+appeared (:func:`commit_edit`), so it never has to refuse.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dyntc.classifier import replay
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
-from dyntc.classifier.model import MetricSpace
+from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import space_options
 from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store
 from dyntc.errors import DyntcError, is_int
@@ -51,6 +52,22 @@ def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params
     log = labels.log or [{"op": op}]
     return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
                       weights=data if data is not None else key, labels=changes, replace_all=not incremental)
+
+
+def commit_edit(store: ModelStore, clf: Any, log: list, op: str) -> tuple[str, int]:
+    """Commit an edited classifier `clf` to `store` as one version, under the store's write lock;
+    returns ``(store id, version)``. If another writer committed since `clf` was read, the calls
+    recorded in `log` (:mod:`~dyntc.classifier.replay`) are applied again to the newest version, which
+    `clf` then becomes, so neither change is lost (the embeddings they need are cached by then); a call
+    that no longer applies raises, `clf` unchanged and nothing committed."""
+    with store.transaction() as txn:
+        if clf._source != (txn.store_id, txn.head):
+            newest = type(clf)._from_snapshot(txn.read())
+            replay.replay(newest, log)
+            clf._become(newest)
+        version = write_version(txn, clf.space_, clf._labels, clf.get_params(), clf.calibration_, clf._source, op)
+        store_id = txn.store_id
+    return store_id, version
 
 
 def stored_params(snap: Snapshot, param_names: Sequence[str]) -> dict:

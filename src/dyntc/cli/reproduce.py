@@ -26,7 +26,7 @@ def reproduce(
     Rerunning with the same --out skips finished (model, variant, n_fine, split) cells.
     """
     from dyntc.protocol import parse_overrides
-    from dyntc.protocol.runner import reproduce as run
+    from dyntc.protocol.reproduce import reproduce as run
 
     for f in _ITEM_FIELDS:
         options[f.name] = parse_overrides(options[f.name], f.metadata.get("flag", f"--{f.name}"))

@@ -35,7 +35,7 @@ def datasets(
 def train(**options: Any) -> None:
     """Train one model on a dataset's full label set and print its dev and test accuracy. A hyp or euc
     model is written as a classifier model (DynamicClassifier.load, dyntc predict, dyntc serve, the
-    label commands); an MLP as a checkpoint (dyntc.protocol.checkpoint.load_model)."""
+    label commands); an MLP, whose output layer is fixed to the dataset's labels, is measured only."""
     from dyntc.protocol.single import train_one
 
     cfg = SingleModelConfig(**options)

@@ -4,8 +4,9 @@
   (Euclidean mean, or hyperbolic Fréchet mean on the hyperboloid); logits are ``-d²`` to each prototype.
 - :class:`MLPClassifier` (MLP): the same encoder and a linear output layer, replaced for a new label set.
 - :class:`KNNProbe` (MLP-KNN): k-nearest-neighbour vote on the MLP's penultimate layer (the encoder output).
-- :class:`ModelKind` / :data:`MODELS` / :func:`model_kind`: the three by name (``"euc"``, ``"hyp"``,
-  ``"mlp"``), each with what its callers ask (prototypes? episodes? an output layer? a curved space?).
+- :class:`ModelKind` / :data:`MODELS` / :func:`model_kind`: the three by name (``"mlp"``, ``"euc"``,
+  ``"hyp"``) and the research protocol's ``"logreg"`` baseline (no network), each with what its callers
+  ask (a network? prototypes? episodes? an output layer? a curved space?).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class PrototypicalNetwork(nn.Module):
     def __init__(
         self,
         encoder: TextEncoder,
-        metric: Metric = "euclidean",
+        metric: Metric | MetricObject = "euclidean",
         *,
         train_mean_iters: int = 5,
         eval_mean_iters: int = 100,
@@ -118,7 +119,7 @@ class PrototypicalNetwork(nn.Module):
         fixed_norm: float | None = None,
     ):
         super().__init__()
-        if metric not in METRICS:
+        if not isinstance(metric, MetricObject) and metric not in METRICS:
             raise DyntcError(f"metric must be one of {METRICS}, got {metric!r}")
         if not (is_number(logit_scale) and logit_scale > 0):
             raise DyntcError(f"logit_scale must be a number > 0 (the logits are -logit_scale * d²), got {logit_scale!r}")
@@ -131,7 +132,8 @@ class PrototypicalNetwork(nn.Module):
         if not isinstance(learn_scale, bool):
             raise DyntcError(f"learn_scale must be True or False, got {learn_scale!r}")
         self.encoder = encoder
-        self.metric = metric
+        #: the metric object (geometry.metrics) of its space: lift, mean, squared distances
+        self.space: MetricObject = metric if isinstance(metric, MetricObject) else get_metric(metric)
         self.train_mean_iters = train_mean_iters
         self.eval_mean_iters = eval_mean_iters
         self.differentiable_mean = differentiable_mean
@@ -163,11 +165,11 @@ class PrototypicalNetwork(nn.Module):
         parameters): HYP's Euclidean warm-up (``TrainConfig.euclidean_warmup``)."""
         if metric not in METRICS:
             raise DyntcError(f"metric must be one of {METRICS}, got {metric!r}")
-        own, self.metric = self.metric, metric
+        own, self.space = self.space, get_metric(metric)
         try:
             yield
         finally:
-            self.metric = own
+            self.space = own
 
     @contextmanager
     def clip_suspended(self) -> Iterator[None]:
@@ -188,9 +190,9 @@ class PrototypicalNetwork(nn.Module):
         return self.to_metric_space(self.encoder(**batch))
 
     @property
-    def space(self) -> MetricObject:
-        """The metric object of ``metric`` (geometry.metrics): lift, mean, squared distances."""
-        return get_metric(self.metric)
+    def metric(self) -> Metric:
+        """The name of its metric (``"euclidean"`` or ``"hyperbolic"``), as configs record it."""
+        return self.space.name
 
     def to_metric_space(self, h: torch.Tensor) -> torch.Tensor:
         if self.max_norm is not None:
@@ -300,16 +302,21 @@ class KNNProbe:
 @dataclass(frozen=True)
 class ModelKind:
     """One of the paper's models as the research protocol sees it: a name (``"euc"``, ``"hyp"``,
-    ``"mlp"``: the key of results, fingerprints, profiles and command lines) and the space its
-    prototypes live in. Callers ask a kind what they need to know; they never compare model names.
+    ``"mlp"``, ``"logreg"``: the key of results, fingerprints, profiles and command lines) and the
+    space its prototypes live in. Callers ask a kind what they need to know; they never compare model
+    names.
 
-    Every other property follows from `metric`: a model with one is a :class:`PrototypicalNetwork`
-    trained by episodes; one without is an :class:`MLPClassifier` trained by mini-batches.
+    Every other property follows from `metric` and `network`: a model with a metric is a
+    :class:`PrototypicalNetwork` trained by episodes; a network without one is an
+    :class:`MLPClassifier` trained by mini-batches; a kind without a network (the logistic-regression
+    baseline on frozen sentence embeddings) is neither pretrained nor trained here.
     """
 
     name: str
-    #: the metric object (dyntc.core.geometry) of its prototypes; None: no prototypes, an output layer
+    #: the metric object (dyntc.core.geometry) of its prototypes; None: no prototypes
     metric: MetricObject | None
+    #: whether it is a network of this module (False: a probe fitted on frozen embeddings, nothing to build)
+    network: bool = True
 
     @property
     def prototypical(self) -> bool:
@@ -328,7 +335,7 @@ class ModelKind:
     def has_output_layer(self) -> bool:
         """Ends in a linear output layer, replaced for a new label set, that fine-tuning may fit first
         (``TrainConfig.fit_head``); un-tuned, it classifies by a k-NN vote on its encoder's output."""
-        return self.metric is None
+        return self.network and self.metric is None
 
     @property
     def euclidean_warmup(self) -> bool:
@@ -343,20 +350,24 @@ class ModelKind:
 
     def build(self, encoder: TextEncoder, n_classes: int, **options) -> PrototypicalNetwork | MLPClassifier:
         """An untrained model of this kind on `encoder` (see :func:`build_model`)."""
+        if not self.network:
+            raise DyntcError(f"the {self.name} baseline is a probe fitted on frozen embeddings, not a network to build")
         if not self.prototypical:
             if options:
                 raise DyntcError(f"the {self.name} model takes no options, got {sorted(options)}")
             return MLPClassifier(encoder, n_classes)
-        return PrototypicalNetwork(encoder, self.metric.name, **options)
+        return PrototypicalNetwork(encoder, self.metric, **options)
 
 
-#: The paper's models by name: EUC and HYP (prototypical networks), MLP (encoder + output layer).
+#: The models by name, in the paper's order: MLP (encoder + output layer), EUC and HYP (prototypical
+#: networks), and the research protocol's baseline LogReg (a logistic regression on frozen embeddings).
 MODELS: dict[str, ModelKind] = {
     kind.name: kind
     for kind in (
+        ModelKind("mlp", None),
         ModelKind("euc", get_metric("euclidean")),
         ModelKind("hyp", get_metric("hyperbolic")),
-        ModelKind("mlp", None),
+        ModelKind("logreg", None, network=False),
     )
 }
 
@@ -371,5 +382,5 @@ def model_kind(name: str) -> ModelKind:
 
 def build_model(name: str, encoder: TextEncoder, n_classes: int, **options) -> PrototypicalNetwork | MLPClassifier:
     """``"euc"`` / ``"hyp"`` -> :class:`PrototypicalNetwork` (`options` are its keyword options, e.g.
-    ``logit_scale``), ``"mlp"`` -> :class:`MLPClassifier` (no options)."""
+    ``logit_scale``), ``"mlp"`` -> :class:`MLPClassifier` (no options); ``"logreg"`` has no network."""
     return model_kind(name).build(encoder, n_classes, **options)

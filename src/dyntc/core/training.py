@@ -190,7 +190,7 @@ def train_prototypical(
     with prototypes built from the training set.
 
     `monitor(model)`, if given, is called before the first episode and at every dev evaluation; the
-    dict it returns is added to that step's history record (e.g. :func:`dyntc.protocol.diagnostics.pretraining_monitor`).
+    dict it returns is added to that step's history record (e.g. ``pretraining_monitor`` of research/diagnostics.py).
     """
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)

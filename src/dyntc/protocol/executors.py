@@ -1,7 +1,7 @@
 """Where the work units of a ``dyntc reproduce`` run execute: :class:`LocalExecutor` (this process, or
 ``--jobs N`` local worker processes) or :class:`RayExecutor` (tasks on a Ray cluster, ``--executor ray``).
 
-The runner (:mod:`dyntc.protocol.runner`) calls one interface, :class:`Executor`: ``slots`` (how many units run
+The driver (:mod:`dyntc.protocol.reproduce`) calls one interface, :class:`Executor`: ``slots`` (how many units run
 at once, for the ETA) and ``run`` (every unit, each event reported through :class:`Events`), inside
 ``with executor:`` (a Ray executor connects there and lets go at the end). :func:`make_executor` is
 the one place that maps a name to an executor.
@@ -44,7 +44,7 @@ REMOTE_TRACEBACK_LINES = 12  # of a failed remote unit's traceback, in the drive
 
 @dataclass
 class Events:
-    """What an executor tells the runner, always in the driver process."""
+    """What an executor tells the driver (:mod:`dyntc.protocol.reproduce`), always in the driver process."""
 
     work: Callable[[tuple, float, bool], None]  # (stage, sequences, stage finished): see ProtocolRun.run_unit
     started: Callable[[Unit, str], None]  # a unit began, and where

@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from dyntc.protocol.data.types import Dataset
-from dyntc.errors import DyntcError
 from dyntc.protocol.plan import RunPlan, derive_seed
 from dyntc.core.inference import Encoded
 
@@ -51,21 +50,19 @@ class RunEncoders:
 
     def fresh(self, split_seed: int, dropout: float | None = None):
         """The untrained encoder of the split with seed `split_seed` (the profile's dropout unless given)."""
-        from dyntc.core.encoders import create_encoder
+        from dyntc.core.encoders import create_encoder, encoder_kind, encoder_options_for
 
-        hp = self.hp
-        if self.plan.encoder == "sru":
-            dropout = hp["dropout"] if dropout is None else dropout
-            options = dict(hidden_size=hp["hidden_size"], num_layers=hp["num_layers"], dropout=dropout, max_len=hp["max_len"],
-                           embeddings=self.plan.embeddings)
-        else:  # a pretrained backbone: max_len counts word pieces; the head keeps its own dropout default
-            options = dict(max_len=hp["max_len"], hidden_size=hp["hidden_size"])
+        hp, name = self.hp, self.plan.encoder
+        word_vectors = encoder_kind(name).word_vectors
+        # the paper's SRU takes the profile's depth and dropout; a pretrained backbone's head keeps its own
+        # (its max_len counts word pieces)
+        options = encoder_options_for(
+            name, hidden_size=hp["hidden_size"], max_len=hp["max_len"], embeddings=self.plan.embeddings,
+            num_layers=hp["num_layers"] if word_vectors else None,
+            dropout=(hp["dropout"] if dropout is None else dropout) if word_vectors else None)
         torch.manual_seed(derive_seed(self.plan.seed, split_seed, "encoder"))
-        try:
-            enc = create_encoder(self.plan.encoder, self.data.train.texts, **options)
-        except TypeError as exc:  # a pretrained encoder that takes fewer options
-            raise DyntcError(f"encoder {self.plan.encoder!r} does not accept the profile's options ({exc})") from exc
-        if self.plan.encoder == "sru":
+        enc = create_encoder(name, self.data.train.texts, **options)
+        if word_vectors:
             self.check_vocabulary(vocabulary_digest(enc), self.plan.embeddings or "the packaged glove.6B.50d")
         return enc
 
@@ -85,7 +82,9 @@ class RunEncoders:
     def for_model(self, model: str, enc0, split_seed: int):
         """A copy of the split's encoder `enc0`, or a fresh one (same seed) where `model` has its own
         dropout (a per-model setting, e.g. from tuning)."""
+        from dyntc.core.encoders import encoder_kind
+
         dropout = self.plan.model_hp(model)["dropout"]
-        if self.plan.encoder != "sru" or dropout == self.hp["dropout"]:
+        if not encoder_kind(self.plan.encoder).word_vectors or dropout == self.hp["dropout"]:
             return copy.deepcopy(enc0)
         return self.fresh(split_seed, dropout=dropout)

@@ -1,6 +1,6 @@
 """The options of a protocol run, declared once: :class:`PlanOptions` (what :func:`~dyntc.protocol.make_plan`
 takes) and :class:`ReproduceOptions` (those and how the run is executed:
-:func:`dyntc.protocol.runner.reproduce`). Each field holds the option's default and, in its metadata,
+:func:`dyntc.protocol.reproduce.reproduce`). Each field holds the option's default and, in its metadata,
 the help of the ``dyntc reproduce`` option built from it (:mod:`dyntc.cli.options`).
 
 Metadata keys: ``help``; ``flag``, the option's name where it is not the field's (``--set``);
@@ -62,7 +62,7 @@ class PlanOptions:
 
 @dataclass
 class ReproduceOptions(PlanOptions):
-    """A run's plan options and how it is executed (:func:`dyntc.protocol.runner.reproduce`): where
+    """A run's plan options and how it is executed (:func:`dyntc.protocol.reproduce.reproduce`): where
     the data and the units are, what to do with earlier results, per-model tuning, progress display."""
 
     data_dir: Path | str | None = field(default=None, metadata={

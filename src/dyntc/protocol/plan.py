@@ -21,9 +21,10 @@ from dyntc.protocol.profiles import (
     VARIANTS,
     Profile,
     get_profile,
-    kind_of,
     override,
 )
+from dyntc.core.encoders import encoder_kind
+from dyntc.core.models import model_kind
 from dyntc.core.training import TrainConfig
 from dyntc.core.machine import check_device
 
@@ -107,16 +108,14 @@ class RunPlan:
 
     def model_options(self, model: str) -> dict[str, Any]:
         """Keyword options of :func:`dyntc.core.models.build_model` for `model` (none for the MLP)."""
-        kind = kind_of(model)
-        if kind is None or not kind.prototypical:
+        if not model_kind(model).prototypical:
             return {}
         hp = self.model_hp(model)
         return {k: hp[k] for k in MODEL_OPTIONS}
 
     def scratch_like_pretraining(self, model: str | None) -> bool:
         """Whether `model`'s scratch cells train with the pretraining recipe (EUC/HYP only)."""
-        kind = kind_of(model)
-        return kind is not None and kind.episodic and bool(self.model_hp(model)["scratch_like_pretraining"])
+        return model is not None and model_kind(model).episodic and bool(self.model_hp(model)["scratch_like_pretraining"])
 
     def train_config(self, stage: str, seed: int, *, model: str | None = None, n_support: int | None = None,
                      n_train: int | None = None) -> TrainConfig:
@@ -125,9 +124,10 @@ class RunPlan:
         pretrained encoder, and EUC/HYP scratch under ``scratch_like_pretraining``, which takes the
         pretraining ones); `n_train` examples raise the MLP's few-shot epochs."""
         hp = self.model_hp(model) if model else self.hp
-        kind = kind_of(model)  # None: no model, or the logreg baseline
+        kind = model_kind(model) if model else None
         pre = stage == "pretrain" or (stage == "scratch" and self.scratch_like_pretraining(model))
-        episodic, by_batches = kind is not None and kind.episodic, kind is not None and not kind.episodic
+        episodic = kind is not None and kind.episodic
+        by_batches = kind is not None and kind.network and not kind.episodic
         hyp_pre = pre and kind is not None and kind.euclidean_warmup  # its Euclidean warm-up applies
         epochs, patience = hp["pretrain_epochs" if pre else "finetune_epochs"], hp["pretrain_patience" if pre else "finetune_patience"]
         if not pre and n_train and hp["finetune_min_steps"]:
@@ -205,12 +205,13 @@ def make_plan(
         check_device(opts.device)
     elif opts.device not in ("cuda", "cuda:0"):
         raise DyntcError(f"--device {opts.device!r}: on a cluster each unit runs on one GPU of its node: give --device cuda")
-    if "logreg" in chosen_models and opts.encoder == "sru":
+    probes = [m for m in chosen_models if not model_kind(m).network]
+    if probes and encoder_kind(opts.encoder).word_vectors:
         raise DyntcError(
-            "the logreg baseline fits a logistic regression on frozen pretrained sentence embeddings; "
-            "it needs --encoder minilm (or a local sentence-transformers model), not sru"
+            f"the {probes[0]} baseline fits a logistic regression on frozen pretrained sentence embeddings; "
+            f"it needs --encoder minilm (or a local sentence-transformers model), not {opts.encoder}"
         )
-    trains_metric = any(k is not None and k.episodic for k in map(kind_of, chosen_models)) and any(
+    trains_metric = any(model_kind(m).episodic for m in chosen_models) and any(
         v in ("fine-tuned", "scratch") for v in chosen_variants
     )
     if trains_metric and min(fine) < hp["n_support"] + 1:
@@ -243,7 +244,7 @@ def make_plan(
                              f"split(s)); got {list(chosen_splits) if chosen_splits else 'none'}")
     embeddings = opts.embeddings
     if embeddings is not None:
-        if opts.encoder != "sru":
+        if not encoder_kind(opts.encoder).word_vectors:
             raise DyntcError(f"--embeddings (a GloVe file) applies to the sru encoder only, not to --encoder {opts.encoder}")
         if not Path(embeddings).is_file():
             raise DyntcError(f"--embeddings {str(embeddings)!r} is not a file: pass a GloVe text file "
@@ -253,8 +254,7 @@ def make_plan(
     plan = RunPlan(dataset, prof, hp, n_splits, fine, chosen_models, chosen_variants, opts.encoder, int(opts.seed),
                    opts.device, scratch, chosen_splits, embeddings)
     for model in chosen_models:  # HYP's own pretraining settings (the warm-up's) checked before any work
-        kind = kind_of(model)
-        if kind is None or not kind.euclidean_warmup:
+        if not model_kind(model).euclidean_warmup:
             continue
         plan.train_config("pretrain", 0, model=model)
         own = plan.model_hp(model)
@@ -294,8 +294,7 @@ def _own_view(fingerprint: dict, model: str, pretraining: bool = False, unread: 
     hp = {k: v for k, v in hp.items() if k not in unread}
     if isinstance(own, dict) and any(k in own for k in unread):
         own = {k: v for k, v in own.items() if k not in unread} or None
-    kind = kind_of(model)
-    if kind is None or not kind.euclidean_warmup:
+    if not model_kind(model).euclidean_warmup:
         hp = {k: v for k, v in hp.items() if k not in HYP_ONLY}
     if pretraining:
         def later(key: str) -> bool:
@@ -320,8 +319,8 @@ def scratch_view(fingerprint: dict, model: str) -> dict:
     if not isinstance(hp, dict) or not isinstance(own, (dict, type(None))):
         return view
     resolved = {**_NEW_FIELD_DEFAULTS, **{k: v for k, v in hp.items() if k != "per_model"}, **(own or {})}
-    kind = kind_of(model)
-    like_pretraining = kind is not None and kind.episodic and bool(resolved["scratch_like_pretraining"])
+    kind = model_kind(model)
+    like_pretraining = kind.episodic and bool(resolved["scratch_like_pretraining"])
     if like_pretraining:  # the pretraining stage's settings (the warm-up too, for HYP), not fine-tuning's
         warmup = () if kind.euclidean_warmup else (*HYP_ONLY, "scratch_unclipped_warmup")
         stage, unread = "finetune_", ("knn_k", *warmup)

@@ -1,6 +1,6 @@
 """Protocol profiles: every hyperparameter of a ``dyntc reproduce`` run, as plain dataclasses.
 
-``paper`` holds the paper's settings (plus the documented changes of issue 11), ``quick`` a CPU-sized
+``paper`` holds the paper's settings (plus the changes its description lists), ``quick`` a CPU-sized
 profile chosen to track it, ``tiny`` a smoke test. :func:`override` applies ``--set field=value``.
 """
 
@@ -11,22 +11,17 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from dyntc.errors import DyntcError
-from dyntc.core.models import MODELS, ModelKind
+from dyntc.core.models import MODELS, model_kind
 
-# the protocol's models: the paper's three (dyntc.core.models.MODELS; EUC/HYP have a metric) and the logreg baseline
+# the protocol's models (dyntc.core.models.MODELS): the paper's three networks (EUC/HYP have a metric)
+# and the logreg baseline (no network)
 METRIC_MODELS = tuple(name for name, kind in MODELS.items() if kind.prototypical)
-ALL_MODELS = ("mlp", "euc", "hyp", "logreg")
-DEFAULT_MODELS = ("mlp", "euc", "hyp")
+ALL_MODELS = tuple(MODELS)
+DEFAULT_MODELS = tuple(name for name, kind in MODELS.items() if kind.network)
 VARIANTS = ("fine-tuned", "un-tuned", "scratch")
-# Model -> the variants it has. logreg (SetFit-style probe on a frozen pretrained backbone) has no
-# Y_old pretraining stage of its own: it is only trained on the n_fine examples.
-MODEL_VARIANTS = {"mlp": VARIANTS, "euc": VARIANTS, "hyp": VARIANTS, "logreg": ("fine-tuned",)}
-
-
-def kind_of(model: str | None) -> ModelKind | None:
-    """The :class:`~dyntc.core.models.ModelKind` of a protocol model; None for the logreg baseline (a
-    scikit-learn probe on frozen embeddings, no network of its own) and for no model at all."""
-    return MODELS.get(model)
+# Model -> the variants it has. A model without a network (logreg: a SetFit-style probe on a frozen
+# pretrained backbone) has no Y_old pretraining stage of its own: it is only trained on the n_fine examples.
+MODEL_VARIANTS = {name: VARIANTS if kind.network else ("fine-tuned",) for name, kind in MODELS.items()}
 
 
 HIERARCHICAL_DEFAULT_N_FINE = (5, 10, 20, 50, 100, 500)  # NEWS / WOS: Table 2 plus Table 3's 50 and 500
@@ -145,22 +140,22 @@ class Profile:
                 if bad:
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {bad}; "
                                      f"settable per model: {', '.join(PER_MODEL_SETTINGS)}")
-                kind = kind_of(model)
-                if not (kind and kind.has_output_layer) and values.get("finetune_fit_head"):
+                kind = model_kind(model)
+                if not kind.has_output_layer and values.get("finetune_fit_head"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets finetune_fit_head, "
                                      "which applies to the MLP's output layer only; set it for mlp")
                 for key in HYP_ONLY:
-                    if not (kind and kind.euclidean_warmup) and values.get(key):
+                    if not kind.euclidean_warmup and values.get(key):
                         raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets {key}, "
                                          "which warms up the hyperbolic model's pretraining only; set it for hyp")
-                # (the logreg baseline trains neither way: these two are ignored for it)
-                if kind and not kind.episodic and values.get("scratch_like_pretraining"):
+                # (a model without a network trains neither way: these two are ignored for it)
+                if kind.network and not kind.episodic and values.get("scratch_like_pretraining"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets scratch_like_pretraining, "
                                      "which applies to episodic (EUC/HYP) scratch cells only; set it for euc or hyp")
-                if not (kind and kind.euclidean_warmup) and values.get("scratch_unclipped_warmup"):
+                if not kind.euclidean_warmup and values.get("scratch_unclipped_warmup"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets scratch_unclipped_warmup, "
                                      "which applies to the hyperbolic model's scratch warm-up only; set it for hyp")
-                if kind and not kind.episodic and values.get("lr_cosine"):
+                if kind.network and not kind.episodic and values.get("lr_cosine"):
                     raise DyntcError(f"profile {self.name}: per_model[{dataset!r}][{model!r}] sets lr_cosine, which applies "
                                      "to episodic (EUC/HYP) training only; set it for euc or hyp")
 
@@ -213,7 +208,7 @@ PAPER = Profile(
         "The paper's hyperparameters: SRU 4 x 128 on frozen GloVe, Adam 1e-3, up to 10,000 episodes / 100 epochs "
         "with early stopping (patience 10 evaluations, every 100 episodes / every epoch), N_S=4, N_Q=64, N_C=all "
         "(<=50), dropout 0.5 (0.3 WOS), 5 splits, p=0.3. Fine-tuning uses the same budget. Meant for a GPU. "
-        "Changes from the paper (issue 11): HYP backpropagates through the Fréchet mean (differentiable_mean); "
+        "Changes from the paper: HYP backpropagates through the Fréchet mean (differentiable_mean); "
         "EUC/HYP pretraining does not stop early before 3,000 episodes, nor while its training loss is at chance "
         "(pretrain_min_episodes; held evaluations do not count towards the patience). NEWS: HYP soft-clips "
         "its encoder output to norm <= 10 before the lift, learns its logit scale, pretrains its first 2,000 "

@@ -220,7 +220,7 @@ def _split_summary(results: dict) -> list[str]:
 def _table3(results, agg, dataset, fines, models, n_splits) -> list[str]:
     rows_spec = []
     for m in models:
-        if m == "logreg":
+        if not model_kind(m).network:  # a probe: no pretraining, so no un-tuned variant to pair
             continue
         if model_kind(m).has_output_layer:  # its un-tuned variant is another model (MLP-KNN), listed first
             rows_spec += [(m, "un-tuned"), (m, "fine-tuned")]

@@ -1,6 +1,6 @@
 """One ``dyntc reproduce`` run: its (split, model) work units, each a pretraining stage and its cells.
 
-The orchestration (order of the units, worker processes, progress and ETA) is :mod:`dyntc.protocol.runner`'s;
+The orchestration (order of the units, worker processes, progress and ETA) is :mod:`dyntc.protocol.reproduce`'s;
 the protocol itself is described in :mod:`dyntc.protocol`.
 """
 
@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
-import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -46,7 +43,7 @@ from dyntc.core.machine import machine_description
 class Unit:
     """A (split, model) work unit: the model's pretraining on that split, then its cells. Units share
     nothing but the featurized texts and every seed comes from :func:`derive_seed`, so they may run in
-    any order, or in parallel processes (``dyntc.protocol.runner``), with the same results."""
+    any order, or in parallel processes (``dyntc.protocol.reproduce``), with the same results."""
 
     split: int
     model: str
@@ -55,6 +52,12 @@ class Unit:
     @property
     def name(self) -> str:
         return f"split {self.split} {self.model}"
+
+    @property
+    def pretrains(self) -> bool:
+        """Whether the unit pretrains its model first: a network with a fine-tuned or un-tuned cell (the
+        scratch cells start from nothing)."""
+        return model_kind(self.model).network and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in self.cells)
 
 
 @dataclass
@@ -76,7 +79,7 @@ class SplitData:
 class ProtocolRun:
     """One ``dyntc reproduce`` run: a dataset, a plan, an output directory.
 
-    The orchestration (order of the units, processes, progress and ETA) is :mod:`dyntc.protocol.runner`'s;
+    The orchestration (order of the units, processes, progress and ETA) is :mod:`dyntc.protocol.reproduce`'s;
     this class prepares the units (:meth:`prepare`), runs one (:meth:`run_unit`) and closes the run
     (:meth:`finish`). A worker process opens its own instance with ``worker=True``: it merges its rows
     into ``results.json`` and leaves the run-level fields to the parent.
@@ -271,7 +274,7 @@ class ProtocolRun:
         )
         self.results["split_info"].setdefault(str(s), {}).update(
             n_test_evaluated=len(data.test), n_dev_old_used=len(data.dev_old), n_dev_new_used=len(data.dev_new))
-        if "logreg" in plan.models:
+        if not all(model_kind(m).network for m in plan.models):  # a probe fits frozen sentence embeddings
             check_frozen_items(feats.train)
         self._split_data[s] = data
         return data
@@ -286,7 +289,7 @@ class ProtocolRun:
         s, model_name = unit.split, unit.model
         d = self.split_data(s)
         pretrained = None
-        if model_name != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+        if unit.pretrains:
             stage = (s, "pretrain", model_name)
             self._on_work = lambda n: report(stage, n, False)
             pretrained = self.pretrained(s, model_name)
@@ -352,7 +355,7 @@ class ProtocolRun:
         n_classes = len(fine.classes)
         seed = derive_seed(plan.seed, split_seed, model_name, variant, n_fine)
         info: dict[str, Any] = {"train_seconds": 0.0}
-        if model_name == "logreg":
+        if not model_kind(model_name).network:  # the logistic-regression probe
             t0 = time.perf_counter()
             pred = logreg_predict(fine, test, seed)
             info["train_seconds"] = time.perf_counter() - t0
@@ -397,21 +400,3 @@ class ProtocolRun:
         info.update(train_info(result))
         info.update(accuracies(pred, test.labels, test_new_mask))
         return info
-
-
-@contextmanager
-def read_only_run(run_dir: Path, plan: RunPlan, data: Dataset, log: Callable[[str], None] | None = None) -> Iterator[ProtocolRun]:
-    """A :class:`ProtocolRun` of `plan` over a temporary copy of `run_dir`'s ``results.json`` and
-    ``checkpoints/``, for probes of a finished run: its pretrained models load from the run's weights
-    (a missing one is pretrained in the copy), and nothing is written to `run_dir`. `plan` must have
-    the run's fingerprint (the same profile, settings and seed), or the weights would not be the run's."""
-    run_dir = Path(run_dir)
-    results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-    if plan.fingerprint() != results.get("fingerprint"):
-        raise DyntcError(f"{run_dir} was run with other settings than the plan given ({plan.profile.name} profile, "
-                         f"seed {plan.seed}): rebuild the plan with the run's profile, --set values and seed")
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(run_dir / "results.json", tmp)
-        if (run_dir / "checkpoints").is_dir():
-            shutil.copytree(run_dir / "checkpoints", Path(tmp) / "checkpoints")
-        yield ProtocolRun(data, plan, Path(tmp), progress=False, log=log)

@@ -1,10 +1,10 @@
 """One model on a dataset's full label set (``dyntc train``): the paper's single-model experiment.
 
 Trains an MLP, EUC or HYP model on the whole label set with the paper's settings by default, reports
-dev and test accuracy, and writes ``metrics.json`` and ``model/``: for EUC and HYP a classifier model
+dev and test accuracy, and writes ``metrics.json``; for EUC and HYP also ``model/``, a classifier model
 (:meth:`~dyntc.classifier.DynamicClassifier.from_network`: the trained network with one prototype per
-label from all training texts, predicting as the accuracies were measured), for the MLP a checkpoint
-(:mod:`~dyntc.protocol.checkpoint`).
+label from all training texts, predicting as the accuracies were measured). The MLP ends in an output
+layer over the dataset's labels, not prototypes: it is measured, not kept.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 
 from dyntc._version import __version__
 from dyntc.core.files import write_json
+from dyntc.errors import DyntcError
 from dyntc.protocol.options import available_device
 
 
@@ -30,7 +31,7 @@ class SingleModelConfig:
     dataset: str = field(metadata={"help": "news | sent | wos | clinc150 | hwu64"})
     model: str = field(default="hyp", metadata={"help": "hyp | euc | mlp"})
     out: Path = field(default=Path("runs/train"), metadata={
-        "help": "Run directory: model/ and metrics.json are written here"})
+        "help": "Run directory: metrics.json is written here, and model/ for hyp or euc"})
     encoder: str = field(default="sru", metadata={
         "help": "sru (GloVe + SRU, the paper's) | minilm | path to a sentence-transformers model"})
     episodes: int = field(default=10_000, metadata={"help": "Maximum training episodes (prototypical models)"})
@@ -67,26 +68,27 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
     """Train, evaluate and save one model as `cfg` says; returns the metrics written to ``metrics.json``.
     A prototypical network is handed to `save_prototypical(network, train_texts, train_labels, path)`."""
     from dyntc.protocol.data.datasets import load
-    from dyntc.core.encoders import create_encoder
+    from dyntc.core.encoders import create_encoder, encoder_kind, encoder_options_for
     from dyntc.core.inference import Encoded, prototypical_predict, supervised_accuracy
     from dyntc.core.machine import check_device, check_out_dir, machine_description
     from dyntc.core.models import model_kind
-    from dyntc.protocol.checkpoint import save_model
     from dyntc.core.training import TrainConfig, train_prototypical, train_supervised
 
     kind = model_kind(cfg.model)
+    if not kind.network:
+        raise DyntcError(f"--model {cfg.model} is a baseline of dyntc reproduce, not a network to train: "
+                         "choose hyp, euc or mlp")
     check_device(cfg.device)
     check_out_dir(cfg.out)
     torch.manual_seed(cfg.seed)
     data = load(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     classes = data.labels
-    enc_options = {"hidden_size": cfg.hidden, "num_layers": cfg.layers, "max_len": cfg.max_len, "dropout": cfg.dropout}
-    if cfg.encoder == "sru":
-        if cfg.dropout is None:
-            enc_options["dropout"] = 0.3 if data.name == "wos" else 0.5
-        enc_options["embeddings"] = str(cfg.embeddings) if cfg.embeddings else None
-    else:
-        enc_options["mode"] = "finetune" if cfg.finetune else "frozen"
+    dropout = cfg.dropout
+    if dropout is None and encoder_kind(cfg.encoder).word_vectors:  # the paper's per dataset
+        dropout = 0.3 if data.name == "wos" else 0.5
+    enc_options = encoder_options_for(cfg.encoder, mode="finetune" if cfg.finetune else "frozen", hidden_size=cfg.hidden,
+                                      num_layers=cfg.layers, max_len=cfg.max_len, dropout=dropout,
+                                      embeddings=str(cfg.embeddings) if cfg.embeddings else None)
     t0 = time.perf_counter()
     enc = create_encoder(cfg.encoder, data.train.texts, **enc_options)
     net = kind.build(enc, len(classes))
@@ -119,10 +121,8 @@ def train_one(cfg: SingleModelConfig, log: Callable[[str], None] = print,
         "dyntc_version": __version__, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     cfg.out.mkdir(parents=True, exist_ok=True)
-    if not kind.prototypical:  # an output layer, not prototypes: a checkpoint (dyntc.protocol.checkpoint.load_model)
-        save_model(cfg.out / "model", net, meta={"classes": classes, "dataset": data.name})
-    elif save_prototypical is not None:  # the caller writes it as a classifier model (the research wing
-        # does not know the product's classifier; `dyntc train` passes one)
+    if kind.prototypical and save_prototypical is not None:
+        # the caller writes it as a classifier model (the research wing does not know the product's classifier)
         save_prototypical(net.cpu(), data.train.texts, data.train.labels, cfg.out / "model")
     write_json(cfg.out / "metrics.json", metrics)
     log(

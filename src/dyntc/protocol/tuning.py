@@ -30,7 +30,8 @@ from dyntc.protocol.data.types import Dataset
 from dyntc.errors import DyntcError, is_number
 from dyntc.core.files import write_json
 from dyntc.protocol.plan import RunPlan
-from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, kind_of, parse_setting
+from dyntc.core.models import model_kind
+from dyntc.protocol.profiles import HYP_ONLY, MODEL_OPTIONS, TUNABLE, parse_setting
 from dyntc.protocol.run import ProtocolRun
 from dyntc.core.machine import check_out_dir
 
@@ -49,10 +50,10 @@ class TuningGrid:
     def for_model(self, model: str) -> dict[str, tuple]:
         out = dict(self.space.get("*", {}))
         out.update(self.space.get(model, {}))
-        kind = kind_of(model)
-        if kind is not None and not kind.prototypical:  # the MLP has no prototype options
+        kind = model_kind(model)
+        if not kind.prototypical:  # the MLP has no prototype options
             out = {k: v for k, v in out.items() if k not in MODEL_OPTIONS}
-        if kind is None or not kind.euclidean_warmup:
+        if not kind.euclidean_warmup:
             out = {k: v for k, v in out.items() if k not in HYP_ONLY}
         for key, values in out.items():
             if key not in TUNABLE:
@@ -167,7 +168,7 @@ def tune_profile(dataset: Dataset, plan: RunPlan, out: Path, *, grid: str | None
     log = log or (lambda msg: tqdm.write(msg))
     parsed = parse_grid(grid)
     key = {"fingerprint": plan.fingerprint(), "grid": {m: {k: list(v) for k, v in parsed.for_model(m).items()}
-                                                       for m in plan.models if m != "logreg"}}
+                                                       for m in plan.models if model_kind(m).network}}
     cache = Path(out) / "tuning.json"
     if cache.is_file():
         try:
@@ -187,7 +188,7 @@ def tune_profile(dataset: Dataset, plan: RunPlan, out: Path, *, grid: str | None
         run = ProtocolRun(dataset, cand_plan, scratch, force=True, progress=False, log=lambda m: None)
         return run.pretrain_dev_score(model, split=0)
 
-    result = tune([m for m in plan.models if m != "logreg"], parsed, plan.model_hp, score, log=log)
+    result = tune([m for m in plan.models if model_kind(m).network], parsed, plan.model_hp, score, log=log)
     shutil.rmtree(scratch, ignore_errors=True)
     write_json(cache, {"key": key, "tuning": result})
     return result

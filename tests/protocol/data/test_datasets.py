@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dyntc.protocol.data.datasets import (
-    DATASETS, WOS_DOCS, describe_all, load, load_wos_labels, load_wos_tsv, read_news_messages, resolve_name,
+    DATASETS, WOS_DOCS, describe_all, load, load_wos_labels, load_wos_tsv, resolve_name,
     stratified_split,
 )
 from dyntc.protocol.data.hierarchy import ROOT
@@ -106,19 +106,6 @@ def test_news_hierarchy_is_the_papers_tree():
     assert tree.leaves_under("POLITICS") == ["talk.politics.guns", "talk.politics.mideast", "talk.politics.misc"]
     # headers other than Subject are dropped
     assert not any(t.startswith("From:") or "\nLines:" in t[:300] for t in ds.test.texts[:500])
-
-
-@pytest.mark.data
-def test_news_raw_messages_keep_their_headers_and_match_the_loader():
-    ds = get("news")
-    raw = read_news_messages(DATA, verify=False, text=lambda message: message)
-    assert [len(raw[part][0]) for part in ("train", "test")] == [11314, 7532]
-    assert sum(t.startswith("From:") for t in raw["test"][0]) > 7000
-    stripped = read_news_messages(DATA, verify=False)
-    assert stripped["test"][1] == raw["test"][1]
-    assert set(t for t in stripped["test"][0] if t.strip()) >= set(ds.test.texts[:100])
-    with pytest.raises(DyntcError, match="20news-bydate.tar.gz"):
-        read_news_messages(DATA / "no-such-dir")
 
 
 @pytest.mark.data

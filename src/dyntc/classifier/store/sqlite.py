@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError, StoreUnavailableError,
-                                    store_file)
+                                           store_file)
 from dyntc.errors import DyntcError
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -51,9 +51,8 @@ class SQLiteDialect:
                 raise DyntcError(f"{path} holds a classifier in the old directory format (format 1, before versioned "
                                  "stores and calibration): fit it again with this dyntc and save it")
             if (path / "config.json").is_file():
-                raise DyntcError(f"{path} holds a checkpoint (`dyntc train --model mlp`, or an earlier dyntc train), "
-                                 "not a classifier model: read it with dyntc.protocol.checkpoint.load_model, or train one with "
-                                 "`dyntc fit` or `dyntc train --model hyp|euc`")
+                raise DyntcError(f"{path} holds a checkpoint of an earlier `dyntc train`, not a classifier model: "
+                                 "train one with `dyntc fit` or `dyntc train --model hyp|euc`")
             raise DyntcError(f"{path} is not a dyntc model directory (no {STORE_FILE}): "
                              "create one with `dyntc fit` or DynamicClassifier.save")
         # refuse files SQLite would take for an empty database (a 0-byte file) or misread

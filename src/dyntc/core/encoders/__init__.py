@@ -17,7 +17,8 @@ from typing import Any
 from dyntc.core.encoders.base import TextEncoder
 from dyntc.errors import DyntcError
 
-__all__ = ["ENCODERS", "TextEncoder", "build_encoder", "check_encoder_options", "create_encoder", "encoder_name"]
+__all__ = ["ENCODERS", "TextEncoder", "build_encoder", "check_encoder_options", "create_encoder", "encoder_kind",
+           "encoder_name", "encoder_options_for"]
 
 
 def _pretrained_name(name: str) -> bool:
@@ -33,16 +34,23 @@ class EncoderKind:
     module: str
     cls: str
     train_modes: tuple[str, ...]  #: what DynamicClassifier(train=...) may ask of it; the first is the default
+    #: the options of a model's shape and training it takes (:func:`encoder_options_for`; others are its own)
+    shape: tuple[str, ...]
+    #: built on word vectors (GloVe) and trained as a whole, as in the paper: it takes ``embeddings``, has a
+    #: vocabulary, featurizes texts into token ids (no sentence embeddings), and its dropout is the model's
+    word_vectors: bool = False
 
     def load(self) -> type:
         return getattr(importlib.import_module(self.module), self.cls)
 
 
 ENCODERS = (
-    EncoderKind("glove-sru", lambda name: name == "sru", "dyntc.core.encoders.glove_sru", "GloveSRUEncoder", ("encoder",)),
-    EncoderKind("hashing", lambda name: name == "hashing", "dyntc.core.encoders.hashing", "HashingEncoder", ("none",)),
+    EncoderKind("glove-sru", lambda name: name == "sru", "dyntc.core.encoders.glove_sru", "GloveSRUEncoder", ("encoder",),
+                ("hidden_size", "num_layers", "dropout", "max_len", "embeddings"), word_vectors=True),
+    EncoderKind("hashing", lambda name: name == "hashing", "dyntc.core.encoders.hashing", "HashingEncoder", ("none",),
+                ()),
     EncoderKind("pretrained", _pretrained_name, "dyntc.core.encoders.pretrained", "PretrainedEncoder",
-                ("none", "backbone", "head")),
+                ("none", "backbone", "head"), ("mode", "train_layers", "hidden_size", "num_layers", "dropout", "max_len")),
 )
 
 
@@ -55,6 +63,21 @@ def encoder_kind(name: Any) -> EncoderKind:
     raise DyntcError(
         f"unknown encoder {name!r}: use 'minilm', 'sru', 'hashing', or the path of a local sentence-transformers model"
     )
+
+
+def encoder_options_for(name: str, *, mode: str | None = None, train_layers: int | None = None,
+                        hidden_size: int | None = None, num_layers: int | None = None, dropout: float | None = None,
+                        max_len: int | None = None, embeddings: str | None = None,
+                        overrides: dict | None = None) -> dict:
+    """Keyword options of :func:`create_encoder` for encoder `name` in a model of this shape, trained
+    this way: those the encoder's kind takes (:attr:`EncoderKind.shape`: the GloVe + SRU's own size,
+    depth, dropout, length and word vectors; a pretrained backbone's mode, trained layers and head; the
+    hashing encoder none), then `overrides` (the user's own options, which win). None means the
+    encoder's default."""
+    given = {"mode": mode, "train_layers": train_layers, "hidden_size": hidden_size, "num_layers": num_layers,
+             "dropout": dropout, "max_len": max_len, "embeddings": embeddings}
+    shape = encoder_kind(name).shape
+    return {**{k: v for k, v in given.items() if k in shape and v is not None}, **(overrides or {})}
 
 
 def encoder_name(config: dict) -> str:

@@ -413,9 +413,6 @@ class _BufferPool:
             refs = self._refcounts()
             self._bufs = [b for b, r in zip(self._bufs, refs) if r != self._base_refs]
 
-    def held_bytes(self) -> int:
-        return sum(b.nbytes for b in self._bufs)
-
 
 #: Work-buffer pool of the fast path; ``$DYNTC_SRU_POOL_MB`` bounds the memory it keeps (default 2048).
 pool = _BufferPool(int(os.environ.get("DYNTC_SRU_POOL_MB", "2048")) << 20)

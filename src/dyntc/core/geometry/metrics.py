@@ -47,6 +47,10 @@ class Metric:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def __reduce__(self):
+        # one object per metric: a copied or unpickled model holds the same one
+        return get_metric, (self.name,)
+
 
 class Euclidean(Metric):
     """``R^d`` with ``|x - y|²``; the mean is the arithmetic mean."""

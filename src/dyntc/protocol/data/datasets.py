@@ -396,16 +396,6 @@ NEWS_TREE: dict[str, tuple[str, ...]] = {
     "talk.religion.misc": ("RELIGION",),
     "misc.forsale": (),
 }
-# newsgroup -> the paper's leaf name
-NEWS_PAPER_NAMES = {
-    "comp.graphics": "GRAPHICS", "comp.windows.x": "WINDOWSX", "comp.os.ms-windows.misc": "WINDOWSOS",
-    "comp.sys.ibm.pc.hardware": "PC", "comp.sys.mac.hardware": "MAC", "rec.autos": "AUTOS",
-    "rec.motorcycles": "MOTORCYCLES", "rec.sport.baseball": "BASEBALL", "rec.sport.hockey": "HOCKEY",
-    "sci.crypt": "CRYPT", "sci.electronics": "ELECTRONICS", "sci.med": "MEDECIN", "sci.space": "SPACE",
-    "talk.politics.guns": "GUNS", "talk.politics.mideast": "MIDEAST", "talk.politics.misc": "POLITICSMISC",
-    "soc.religion.christian": "CHRISTIAN", "alt.atheism": "ATHEISM", "talk.religion.misc": "RELIGIONMISC",
-    "misc.forsale": "FORSALE",
-}
 
 
 def news_tree() -> LabelTree:
@@ -428,15 +418,9 @@ def news_message_text(raw: str) -> str:
     return f"{subject_text}\n\n{body.strip()}".strip()
 
 
-def read_news_messages(root: Path, verify: bool = True,
-                       text: Callable[[str], str] = news_message_text) -> dict[str, tuple[list[str], list[str]]]:
-    """The bydate tarball under `root` as ``{"train"|"test": (texts, newsgroups)}``, checked (file, counts,
-    folders); each stored message becomes ``text(raw)`` (default: Subject and body; ``lambda raw: raw``
-    keeps it whole)."""
-    return _read_news_tarball(_require(root, NEWS_SPEC, verify)["20news-bydate.tar.gz"][0], text)
-
-
-def _read_news_tarball(path: Path, text: Callable[[str], str]) -> dict[str, tuple[list[str], list[str]]]:
+def read_news_tarball(path: Path, text: Callable[[str], str] = news_message_text) -> dict[str, tuple[list[str], list[str]]]:
+    """The bydate tarball at `path` as ``{"train"|"test": (texts, newsgroups)}``, checked (counts,
+    folders); each stored message becomes ``text(raw)`` (default: Subject and body)."""
     spec = NEWS_SPEC
     parts: dict[str, tuple[list[str], list[str]]] = {"train": ([], []), "test": ([], [])}
     try:
@@ -467,7 +451,7 @@ def _load_news(root: Path, seed: int, verify: bool) -> Dataset:
     spec = NEWS_SPEC
     files = _require(root, spec, verify)
     path = files["20news-bydate.tar.gz"][0]
-    parts = _read_news_tarball(path, news_message_text)
+    parts = read_news_tarball(path)
     full_train, dropped_train = _clean(*parts["train"])
     test, dropped_test = _clean(*parts["test"])
     tr_idx, dev_idx = stratified_split(full_train.labels, (0.8, 0.2), seed)

@@ -28,10 +28,6 @@ class Split:
     def subset(self, indices) -> "Split":
         return Split([self.texts[i] for i in indices], [self.labels[i] for i in indices])
 
-    def relabel(self, mapping: dict[str, str]) -> "Split":
-        """Rename labels through `mapping` (labels absent from it are kept as they are)."""
-        return Split(list(self.texts), [mapping.get(y, y) for y in self.labels])
-
 
 @dataclass
 class Dataset:

@@ -1,6 +1,7 @@
-"""How much NEWS's message headers are worth to a few-shot classifier, by n_fine (docs/results.md §8).
+"""Measured: how much NEWS's message headers are worth to a few-shot classifier, by n_fine
+(docs/results.md §8.4).
 
-    DYNTC_DATA=../shared/datasets python scripts/news_headers_probe.py --n-fine 5,10,20,50,100,500 --seeds 5
+    python research/news_headers_probe.py --n-fine 5,10,20,50,100,500 --seeds 5
 
 dyntc's NEWS text is a message's Subject value and body; the other headers (From, Organization,
 Lines, NNTP-Posting-Host, ...) are dropped because they name the author and the site. The paper does
@@ -20,16 +21,29 @@ It reads the tarball with dyntc's own reader (same files, order and checks) and 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import normalize
 
-from dyntc.protocol.data.datasets import data_root, news_message_text, read_news_messages
+from dyntc.protocol.data.datasets import NEWS_SPEC, data_root, load, news_message_text, read_news_tarball
 from dyntc.errors import DyntcError
 from dyntc.protocol.plan import parse_int_list
 from dyntc.core.text import tokenize
+
+
+def read_news_messages(root: Path, verify: bool = True,
+                       text: Callable[[str], str] = news_message_text) -> dict[str, tuple[list[str], list[str]]]:
+    """The bydate tarball under `root` as ``{"train"|"test": (texts, newsgroups)}``, read by dyntc's own
+    reader (counts, folders; with `verify`, the dataset's files checked as `dyntc reproduce` checks them
+    first); each stored message becomes ``text(raw)`` (default: Subject and body; ``lambda raw: raw``
+    keeps it whole)."""
+    if verify:
+        load("news", root)
+    return read_news_tarball(Path(root) / NEWS_SPEC.folder / "20news-bydate.tar.gz", text)
 
 
 def first_tokens(text: str, n: int) -> str:

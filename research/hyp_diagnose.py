@@ -1,11 +1,13 @@
-"""Issue 11 diagnostics: pretrain EUC or HYP on one dynamic split as `dyntc reproduce` does (same
-split, seeds, encoder and profile), record the geometry over pretraining, then measure the un-tuned
-variant (prototypes of Y_new from n_fine examples, no training) on dev and test.
+"""Measured: the geometry of EUC or HYP during pretraining (norms, radii, margins, distance scales,
+per-class prediction rates) and the un-tuned variant it gives (docs/results.md §7 and §8.2). It
+pretrains on one dynamic split as `dyntc reproduce` does (same split, seeds, encoder and profile),
+records the geometry over pretraining, then measures the un-tuned variant (prototypes of Y_new from
+n_fine examples, no training) on dev and test.
 
-    DYNTC_DATA=../shared/datasets OMP_NUM_THREADS=1 python scripts/hyp_diagnose.py \
+    OMP_NUM_THREADS=1 python research/hyp_diagnose.py \
         --dataset sent --model hyp --profile quick --out /tmp/diag-hyp.json [--set pretrain_episodes=2000 ...]
 
-Writes a JSON file (history with `dyntc.protocol.diagnostics.geometry_stats` per dev evaluation; un-tuned
+Writes a JSON file (history with `diagnostics.geometry_stats` per dev evaluation; un-tuned
 figures per n_fine) and prints a short table. Everything selected or compared here is on dev; the
 test figures are printed for the record only.
 """
@@ -26,7 +28,7 @@ import torch
 from dyntc.protocol.data.datasets import load
 from dyntc.protocol.data.dynamic import make_split
 from dyntc.core.episodes import EpisodeSampler
-from dyntc.protocol.diagnostics import geometry_stats, pretraining_monitor
+from diagnostics import geometry_stats, pretraining_monitor
 from dyntc.errors import DyntcError
 from dyntc.protocol import ProtocolRun, derive_seed, make_plan, parse_overrides
 from dyntc.core.training import train_prototypical
@@ -36,7 +38,7 @@ from dyntc.core.machine import machine_description
 @torch.no_grad()
 def episode_scale(model, train, cfg, seed: int) -> dict:
     """Squared distances of one training episode in train mode (dropout on): the logits' scale."""
-    from dyntc.protocol.diagnostics import _summary
+    from diagnostics import _summary
 
     sampler = EpisodeSampler(train.labels, n_support=cfg.n_support, n_query=cfg.n_query,
                              max_classes=cfg.max_classes, seed=seed, names=train.classes)
@@ -65,7 +67,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--monitor-per-class", type=int, default=50, help="train examples per class for the monitor's prototypes")
     ap.add_argument("--set", dest="settings", action="append", default=[], help="profile override FIELD=VALUE")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--save-model", type=Path, help="also save the pretrained model here (dyntc.protocol.checkpoint format)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
@@ -101,10 +102,6 @@ def main(argv: list[str] | None = None) -> None:
         result = train_prototypical(model, pretrain, dev_old, cfg, monitor=monitor)
         seconds = time.perf_counter() - t0
         model.eval()
-        if args.save_model:
-            from dyntc.protocol.checkpoint import save_model
-
-            save_model(args.save_model, model, meta={"classes": old, "split": args.split, "settings": args.settings})
         untuned = {}
         for n in plan.n_fine:
             idx, _ = split.finetune_indices(n)

@@ -1,8 +1,8 @@
-"""Issue 11: why NEWS HYP does not train from scratch. The first EPISODES episodes of a HYP scratch cell
+"""Measured: why NEWS HYP does not train from scratch (docs/results.md §8.2, scratch_unclipped_warmup). The first EPISODES episodes of a HYP scratch cell
 of the `paper` profile (its seeds, data and config, from `dyntc reproduce`'s own helpers), with profile
 overrides, printing dev_new and the encoder output's norm before and after. Dev only; no test figures.
 
-    DYNTC_DATA=../shared/datasets python scripts/scratch_warmup_probe.py --episodes 600 [--set max_norm=none ...]
+    python research/scratch_warmup_probe.py --episodes 600 [--set max_norm=none ...]
 
 (The whole cell under a setting is `dyntc reproduce ... --variants scratch --set ...`.)
 """

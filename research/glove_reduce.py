@@ -1,7 +1,8 @@
-"""A GloVe text file with fewer dimensions: the word vectors' top principal components (docs/results.md §8).
+"""Measured: how the paper's encoder depends on the size of its word vectors, downward from the 50-d
+GloVe that ships (docs/results.md §8.4): a GloVe text file cut to its top principal components.
 
     dyntc export-glove --dataset news --out runs/glove-news-50d.txt
-    python scripts/glove_reduce.py runs/glove-news-50d.txt --dim 25 --out runs/glove-news-25d.txt
+    python research/glove_reduce.py runs/glove-news-50d.txt --dim 25 --out runs/glove-news-25d.txt
     dyntc reproduce --dataset news --profile quick --embeddings runs/glove-news-25d.txt ...
 
 The paper used 300-d GloVe; only the 50-d vectors ship on the package index here, so how the encoder's

@@ -1,4 +1,5 @@
-"""Ways of fine-tuning the pretrained MLP on the n_fine examples (issue 11, the SENT MLP gap): the
+"""Measured: ways of fine-tuning the pretrained MLP on the n_fine examples, for the SENT MLP gap
+(docs/results.md §8.3; they chose the profile fields finetune_lr and finetune_fit_head): the
 protocol's rule (a fresh linear layer, the whole network trained at the profile's settings) against
 other learning rates and a fresh layer trained on the frozen encoder, by Adam with early stopping or
 fitted to convergence as a logistic regression on the encoder's features (dyntc.core.training.fit_head,
@@ -8,7 +9,7 @@ finetune_fit_head). Commit a0f83d5 has the script's first version of the last tw
 regression; the library's loop also counts the fitted start in the patience. (A longer budget is the
 profile field finetune_min_steps: `dyntc reproduce --set finetune_min_steps=1000`.)
 
-    DYNTC_DATA=../shared/datasets python scripts/mlp_finetune_probe.py --run runs/sent-mlp --splits 0,1
+    python research/mlp_finetune_probe.py --run runs/sent-mlp --splits 0,1
 
 `--run` is a `dyntc reproduce` directory of a profile run with the MLP's pretrained weights
 (``checkpoints/splitK/mlp.safetensors``; e.g. ``dyntc reproduce --dataset sent --profile paper --models
@@ -35,7 +36,7 @@ from dyntc.core.encoders.base import embed
 from dyntc.errors import DyntcError
 from dyntc.protocol import make_plan
 from dyntc.protocol.plan import derive_seed
-from dyntc.protocol.run import read_only_run
+from finished_run import read_only_run
 from dyntc.core.training import fit_head, train_supervised
 from dyntc.core.inference import supervised_accuracy
 

@@ -1,4 +1,4 @@
-"""`dyntc reproduce` end to end (`dyntc.protocol.runner`): a `tiny` run on real SENT data; resuming after an
+"""`dyntc reproduce` end to end (`dyntc.protocol.reproduce`): a `tiny` run on real SENT data; resuming after an
 interruption, a kill mid-stage or a change of settings (`--redo`, `--force`, another GloVe file);
 `--jobs`; the ETA; the command's errors."""
 
@@ -14,7 +14,7 @@ import torch
 import dyntc.protocol as protocol
 import dyntc.protocol.run as protocol_run
 from dyntc.errors import DyntcError
-from dyntc.protocol.runner import reproduce
+from dyntc.protocol.reproduce import reproduce
 from dyntc.core.machine import machine_description
 from _protocol import Counter, run_tiny, without_timings
 
@@ -466,13 +466,13 @@ def test_jobs_must_be_a_positive_integer(small_sent, tmp_path):
 def test_two_jobs_give_the_same_results_as_one(tiny_run, small_sent, tmp_path, monkeypatch):
     """Every unit takes its seeds from derive_seed and featurizes the same way in its own process.
     The parent also rewrites the report while units run (here at every message): rows stay the same."""
-    from dyntc.protocol import runner
+    from dyntc.protocol import reproduce as pipeline
     from dyntc.protocol import ProtocolRun
 
     out, sequential = tiny_run
     writes = []
     original = ProtocolRun.write_report
-    monkeypatch.setattr(runner, "REPORT_EVERY_S", 0.0)
+    monkeypatch.setattr(pipeline, "REPORT_EVERY_S", 0.0)
     monkeypatch.setattr(ProtocolRun, "write_report", lambda self: (writes.append(len(self.results["rows"])), original(self))[1])
     parallel = run_tiny(small_sent, tmp_path, jobs=2)
     assert len(writes) > 4 and writes[0] < writes[-1]  # 3 units: more reports than units, rows growing
@@ -521,7 +521,7 @@ def test_a_failing_worker_names_its_unit(small_sent, tmp_path):
 
 
 def test_progress_credits_early_stopped_stages_and_gives_both_etas():
-    from dyntc.protocol.runner import Progress
+    from dyntc.protocol.reproduce import Progress
 
     lines = []
     costs = {"split 0 euc": {(0, "pretrain", "euc"): 1000.0, (0, "euc", "fine-tuned", 5): 500.0},

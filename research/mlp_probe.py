@@ -1,9 +1,10 @@
-"""Few-shot rules on a finished run's pretrained encoders (issue 11, the MLP gap): for each split and
+"""Measured: few-shot rules on a finished run's pretrained encoders, for the MLP gap (docs/results.md
+§8.3): for each split and
 n_fine, test accuracy of the MLP's penultimate layer (the encoder output) with the protocol's 5-NN
 vote, a 5-NN vote on L2-normalised features (cosine), and the nearest class mean; and of EUC's space
 with the 5-NN vote and the nearest prototype (the protocol's un-tuned EUC).
 
-    DYNTC_DATA=../shared/datasets python scripts/mlp_probe.py --run docs/runs/sent-sru-paper --splits 0,1
+    python research/mlp_probe.py --run docs/runs/sent-sru-paper --splits 0,1
 
 Needs the run's pretrained weights (``checkpoints/splitK/{mlp,euc}.safetensors``, kept on the machine
 that ran it, never committed). The run directory is only read: its results file and weights are
@@ -27,7 +28,7 @@ from dyntc.errors import DyntcError
 from dyntc.core.geometry import euclidean
 from dyntc.core.models import KNNProbe
 from dyntc.protocol import make_plan
-from dyntc.protocol.run import read_only_run
+from finished_run import read_only_run
 from dyntc.core.inference import embed_points
 
 

@@ -1,7 +1,8 @@
-"""One pretraining stage of `dyntc reproduce`, alone: the selection runs of docs/results.md §8 (NEWS, HYP).
+"""Measured: one pretraining stage of `dyntc reproduce`, alone: the selection runs of HYP's recipe on
+NEWS (docs/results.md §8.2).
 
-    DYNTC_DATA=../shared/datasets python scripts/pretrain_stage.py runs/news-hyp-fixed10 max_norm=none fixed_norm=10
-    DYNTC_DATA=../shared/datasets python scripts/pretrain_stage.py OUT max_norm=5 --dataset news --model hyp --split 2
+    python research/pretrain_stage.py runs/news-hyp-fixed10 max_norm=none fixed_norm=10
+    python research/pretrain_stage.py OUT max_norm=5 --dataset news --model hyp --split 2
 
 Pretrains `--model` on split `--split` of `--dataset` exactly as the `paper` profile's run does (same
 split, seeds, encoder and model; FIELD=VALUE arguments override profile fields as `--set` does, and

@@ -1,5 +1,7 @@
-"""Runs a protocol's work units with an executor (this process, ``--jobs N`` worker processes or a Ray
-cluster: :mod:`dyntc.protocol.executors`), with an honest ETA.
+"""``dyntc reproduce`` as a function (:func:`reproduce`): plan the run, tune it if asked, run its work
+units with an executor (this process, ``--jobs N`` worker processes or a Ray cluster:
+:mod:`dyntc.protocol.executors`) with an honest ETA, and write its tables. What a unit does is
+:mod:`dyntc.protocol.run`'s.
 
 A unit is one (split, model): the model's pretraining on that split, then its (variant, n_fine) cells
 (:class:`dyntc.protocol.Unit`). Units share nothing but the featurized texts and take every seed from
@@ -31,7 +33,7 @@ from dyntc.errors import DyntcError, is_int
 from dyntc.protocol import ALL_MODELS, Profile, ProtocolRun, Unit, make_plan, parse_names, tune_profile
 from dyntc.protocol.executors import Events, Executor, LocalExecutor, make_executor
 from dyntc.protocol.options import ReproduceOptions
-from dyntc.protocol.profiles import kind_of
+from dyntc.core.models import model_kind
 
 REPORT_EVERY_S = 600.0  # tables.md and the plots are also rewritten this often while workers log (not only per unit)
 
@@ -51,11 +53,11 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
         n_test = min(n_test, hp["test_per_class"] * n_new)
 
     like_pretraining = run.plan.scratch_like_pretraining(model)
-    kind = kind_of(model)  # None: the logreg baseline
+    kind = model_kind(model)
 
     def cost(stage: str, n_train: int, n_classes: int) -> float:
         pre = stage == "pretrain" or (stage == "scratch" and like_pretraining)
-        if model == "logreg":
+        if not kind.network:  # a probe fitted in a moment
             return 1.0
         if stage == "un-tuned":
             return float(n_train)
@@ -67,7 +69,7 @@ def stage_costs(run: ProtocolRun, unit: Unit) -> dict[tuple, float]:
         return float(episodes * (min(n_classes, hp["max_classes"]) * hp["n_support"] + hp["n_query"]))
 
     costs: dict[tuple, float] = {}
-    if model != "logreg" and any(v in ("fine-tuned", "un-tuned") for _, v, _, _ in unit.cells):
+    if unit.pretrains:
         costs[(s, "pretrain", model)] = cost("pretrain", len(split.pretrain), len(split.old_labels))
     for _, variant, n_fine, _ in unit.cells:
         n_train = n_fine * n_new
@@ -189,7 +191,7 @@ def execute(run: ProtocolRun, jobs: int = 1, threads: int = 1, executor: Executo
 
 
 def _events(run: ProtocolRun, progress: Progress, slots: int, n_units: int) -> Events:
-    """The runner's side of an executor's events: progress and ETA, the report kept current."""
+    """The driver's side of an executor's events: progress and ETA, the report kept current."""
     n_done = 0
     reported = time.perf_counter()
 
@@ -254,11 +256,11 @@ def reproduce(
     if executor != "local" and jobs != 1:
         raise DyntcError(f"--jobs is for the local executor: with --executor {executor} the cluster's free CPUs "
                          f"(and GPUs) set how many units run at once")
-    runner = make_executor(executor, jobs=jobs, threads=threads or 1, address=opts.address)  # Ray missing: refused here
+    chosen = make_executor(executor, jobs=jobs, threads=threads or 1, address=opts.address)  # Ray missing: refused here
     if threads is not None:
         torch.set_num_threads(threads)
     name = dataset.name if isinstance(dataset, Dataset) else str(dataset)
-    device_here = runner.runs_here or opts.tune  # --tune trains here, before the units
+    device_here = chosen.runs_here or opts.tune  # --tune trains here, before the units
     plan = make_plan(name, profile, opts, device_here=device_here)
     redone = parse_names(opts.redo, ALL_MODELS, "--redo model(s)") or ()
     if redone and opts.force:
@@ -283,7 +285,7 @@ def reproduce(
     run = ProtocolRun(dataset, plan, Path(out), force=opts.force, redo=redone, progress=opts.progress, log=log)
     if tuning is not None:
         run.results["tuning"] = tuning
-    return execute(run, jobs, threads or 1, runner)
+    return execute(run, jobs, threads or 1, chosen)
 
 
 __all__ = ["Progress", "execute", "reproduce", "stage_costs"]

@@ -1,4 +1,4 @@
-"""Measurements of a prototypical network's geometry (issue 11: why HYP under-performs).
+"""A prototypical network's geometry, for the probes of why HYP under-performed (hyp_diagnose.py).
 
 :func:`geometry_stats` embeds a support set and a query set with the model (eval mode), builds the
 prototypes as the model does, and summarises what decides its predictions:
