@@ -53,6 +53,9 @@ def test_a_missing_extra_anywhere_is_named(dyntc_cli, monkeypatch, toy_files):
     assert "pip install 'dyntc[postgres]'" in str(missing_extra("psycopg", "x"))
     assert "pip install 'dyntc[ray]'" in str(missing_extra("ray.util", "x"))
     assert missing_extra("numpy", "x") is None
+    from dyntc.core.encoders import pretrained
+
+    monkeypatch.setattr(pretrained, "_BACKBONES", {})  # no backbone loaded by an earlier test
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     code, _, err = dyntc_cli("fit", "--data", toy_files / "train.csv", "--out", toy_files / "m", "--encoder", "minilm")
     assert code == 2 and "pip install 'dyntc[pretrained]'" in err and err.count("\n") == 1
