@@ -18,6 +18,7 @@ existing database), fits a classifier on a CLINC150 sample (default: the tiny SR
    SIGKILL a third of the way in; every acknowledged label must be in the store.
 
     .venv/bin/python -m bench.replicas
+    .venv/bin/python -m bench.replicas --encoder minilm --intents 150 --phases visible
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import numpy as np
 
 from bench._machine import cpu_model, load_average
 
-INTENTS = 20
 TINY = dict(encoder="sru", hidden_size=16, num_layers=1, dropout=0.0, max_len=16, episodes=5, n_query=16, lr=3e-3)
 
 
@@ -121,6 +121,32 @@ def visible(replicas: list[Replica], model: str, env: dict, writes: int) -> None
           f"{ms(delays)} |")
     print(f"| an HTTP write (POST /labels) until acknowledged | {ms(acks)} |")
     print(f"| a `dyntc labels add` process, start to exit | {ms(cli)} |\n", flush=True)
+    read_costs(model)
+
+
+def read_costs(model: str) -> None:
+    """What a replica reads to follow a write: the labels changed since the version it serves
+    (``changes_since``), against the whole version (what it read before, and at start)."""
+    from dyntc.classifier.store import ModelStore
+
+    store = ModelStore.open(model)
+    snap = store.read()
+    n = sum(len(texts) for texts, _, _ in snap.labels.values())
+    full, delta = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        store.read()
+        full.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        changes = store.changes_since(snap.store_id, snap.version - 1)
+        delta.append(time.perf_counter() - t0)
+    changed = sum(len(texts) for texts, _, _ in changes.labels.values())
+    per_example = min(full) / n
+    print("| read by a replica | examples | best of 3, ms |\n|---|---:|---:|")
+    print(f"| the last write's difference (`changes_since`) | {changed} | {min(delta) * 1000:.0f} |")
+    print(f"| the whole newest version (`read`) | {n} | {min(full) * 1000:.0f} |")
+    print(f"\nA write is read as the whole support of each label it changed: at {per_example * 1e6:.0f} µs per "
+          f"example, a label of about {0.5 / per_example:,.0f} examples takes half a second to read here.\n", flush=True)
 
 
 def throughput(targets: list[Replica], texts: list[str], clients: int, batch: int, seconds: float) -> float:
@@ -194,6 +220,7 @@ def main() -> None:
     ap.add_argument("--encoder", default="sru", choices=["sru", "minilm"])
     ap.add_argument("--url", help="an existing PostgreSQL database (default: a throwaway server)")
     ap.add_argument("--replicas", type=int, default=3)
+    ap.add_argument("--intents", type=int, default=20, help="CLINC150 intents in the model (150: all, 15,000 texts)")
     ap.add_argument("--writes", type=int, default=30)
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--batch", type=int, default=8)
@@ -215,7 +242,7 @@ def main() -> None:
     else:
         base = args.url
     data = load("clinc150")
-    intents = sorted(set(data.train.labels))[:INTENTS]
+    intents = sorted(set(data.train.labels))[:args.intents]
     keep = set(intents)
     train = [(t, y) for t, y in zip(data.train.texts, data.train.labels) if y in keep]
     tests = [t for t, y in zip(data.test.texts, data.test.labels) if y in keep]
@@ -226,7 +253,7 @@ def main() -> None:
     env = {**os.environ, "DYNTC_CACHE": str(workdir / "cache"), "OMP_NUM_THREADS": "1"}
     print(f"# {args.replicas} replicas of dyntc serve over one PostgreSQL, "
           f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {'tiny SRU (16-d)' if args.encoder == 'sru' else 'MiniLM'} "
-          f"model, {INTENTS} CLINC150 intents, {len(train)} support texts; CPU {cpu_model()}, {os.cpu_count()} cores, "
+          f"model, {args.intents} CLINC150 intents, {len(train)} support texts; CPU {cpu_model()}, {os.cpu_count()} cores, "
           f"load {load_average()}\n")
     workers = os.cpu_count() or 1
     replicas = [Replica(model, env, workers) for _ in range(args.replicas)]

@@ -12,7 +12,10 @@ paper's), serves it with a uvicorn subprocess on 127.0.0.1 with its default limi
    process that takes the store's write lock for 1 s in every 2 s (a slow writer). Predict and write
    latency p50 / p99 / max, and predict p99 beside the writers over p99 without;
 3. ``maximal``: one-text predictions without and beside another client sending maximal requests (the
-   service's ``max_batch`` texts of ``max_text_chars`` characters) back to back.
+   service's ``max_batch`` texts of ``max_text_chars`` characters) back to back;
+4. ``slow`` and ``burst`` (:mod:`bench.serve_load`): a predicting client beside ``--slow`` slow
+   connections, and beside a burst of writes (head refreshes, CPU after the burst, p99 over idle).
+   The issue-sized run: ``--intents 150 --phases slow,burst`` (15,000 support texts).
 
 Phases 2 and 3 alternate ``--rounds`` windows without and with their load (``--seconds`` in all on each
 side), so that other work on the machine weighs on both sides alike.
@@ -20,6 +23,7 @@ side), so that other work on the machine weighs on both sides alike.
 Bounded: a fixed time or number of requests per phase, each request with a timeout; loopback only.
 
     .venv/bin/python -m bench.serve
+    .venv/bin/python -m bench.serve --intents 150 --phases slow,burst
 """
 
 from __future__ import annotations
@@ -41,9 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import serve_load
 from bench._machine import cpu_model, load_average
-
-INTENTS = 20
 HOLD_LOCK = """
 import sqlite3, sys, time
 end = time.time() + float(sys.argv[2])
@@ -120,20 +123,26 @@ def main() -> None:
     ap.add_argument("--pace-ms", type=float, default=20.0, help="mixed/maximal: pause of each predictor between requests")
     ap.add_argument("--seconds", type=float, default=60.0, help="mixed/maximal: length of each side of a phase")
     ap.add_argument("--rounds", type=int, default=6, help="mixed/maximal: alternating windows without / with the load")
+    ap.add_argument("--intents", type=int, default=20, help="CLINC150 intents served (150: every one, 15,000 texts)")
+    ap.add_argument("--slow", type=int, default=1000, help="slow: connections dripping a byte every 10 s")
+    ap.add_argument("--slow-seconds", type=float, default=60.0, help="slow: seconds with the slow connections open")
+    ap.add_argument("--burst-writes", type=int, default=40)
+    ap.add_argument("--burst-seconds", type=float, default=30.0)
+    ap.add_argument("--after-seconds", type=float, default=30.0)
     ap.add_argument("--phases", default="levels,mixed,maximal")
     args = ap.parse_args()
     if args.requests < 2 or args.batch < 1 or args.predictors < 1 or args.seconds <= 0 or args.rounds < 1:
         ap.error("--requests must be >= 2, --batch, --predictors and --rounds >= 1, --seconds > 0")
     phases = set(args.phases.split(","))
-    if not phases <= {"levels", "mixed", "maximal"}:
-        ap.error("--phases: a comma-separated subset of levels,mixed,maximal")
+    if not phases <= {"levels", "mixed", "maximal", "slow", "burst"}:
+        ap.error("--phases: a comma-separated subset of levels,mixed,maximal,slow,burst")
 
     from dyntc import DynamicClassifier
     from dyntc.protocol.data.datasets import load
-    from dyntc.classifier.service.app import Limits
+    from dyntc.classifier.service.limits import Limits
 
     data = load("clinc150")
-    intents = sorted(set(data.train.labels))[:INTENTS]
+    intents = sorted(set(data.train.labels))[:args.intents]
     keep = set(intents)
     train = [(t, y) for t, y in zip(data.train.texts, data.train.labels) if y in keep]
     tests = [t for t, y in zip(data.test.texts, data.test.labels) if y in keep]
@@ -142,7 +151,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="dyntc-bench-serve-"))
     model = clf.save(workdir / "model")
     limits = Limits()
-    print(f"# dyntc serve, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.encoder} model, {INTENTS} CLINC150 "
+    print(f"# dyntc serve, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: {args.encoder} model, {args.intents} CLINC150 "
           f"intents, {len(train)} support texts, default limits; CPU {cpu_model()}, {os.cpu_count()} cores, "
           f"load {load_average()}")
 
@@ -165,6 +174,10 @@ def main() -> None:
             mixed(url, model, tests, args, env)
         if "maximal" in phases:
             maximal(url, tests, args, limits)
+        if "slow" in phases:
+            serve_load.slow(url, port, tests, args, call)
+        if "burst" in phases:
+            serve_load.burst(url, proc.pid, tests, intents[0], args, call)
     finally:
         proc.terminate()
         proc.wait(timeout=30)

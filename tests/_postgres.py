@@ -51,12 +51,20 @@ class PostgresServer:
         os.chmod(self.dir, 0o755)
         self._run([f"{bindir}/initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
                    "--no-locale", "--no-sync"])
-        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c max_connections=300 "
-                   "-c shared_buffers=32MB")
-        self._run([f"{bindir}/pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-o", options,
-                   "-w", "-t", "60", "start"])
+        self.start()
         self.base = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         atexit.register(self.stop)
+
+    def start(self):
+        """Start the server (again: after :meth:`halt`)."""
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c max_connections=300 "
+                   "-c shared_buffers=32MB")
+        self._run([f"{self.bindir}/pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-o", options,
+                   "-w", "-t", "60", "start"])
+
+    def halt(self):
+        """``pg_ctl stop -m fast``: the server goes away, its data stays (:meth:`start` brings it back)."""
+        self._run([f"{self.bindir}/pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"])
 
     def _run(self, args):
         if self.user:

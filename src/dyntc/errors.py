@@ -21,6 +21,14 @@ class NotFittedError(DyntcError, AttributeError):
     """A model was used before `fit` (or `load`)."""
 
 
+class VersionNotFoundError(DyntcError):
+    """A stored version was asked for that the store does not hold (never committed, or pruned)."""
+
+
+class CalibrationRequiredError(DyntcError):
+    """An operation needs a calibrated classifier (``reject``, probabilities fitted on its scores)."""
+
+
 def is_int(value) -> bool:
     """An integer, not a bool (``True`` is an int to Python, never a size or a count here)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -29,3 +37,4 @@ def is_int(value) -> bool:
 def is_number(value) -> bool:
     """An int or a float, not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+

@@ -46,14 +46,14 @@ from dyntc.classifier import trainer
 from dyntc.classifier import replay, saving
 from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.live_head import LiveHead, head_config
+from dyntc.classifier.live_head import LiveHead, adopt, head_config
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
 from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore, is_store
-from dyntc.errors import DyntcError, NotFittedError, is_int
+from dyntc.errors import CalibrationRequiredError, DyntcError, NotFittedError, is_int
 
 
 class DynamicClassifier:
@@ -125,6 +125,13 @@ class DynamicClassifier:
     seed, device, progress
         Random seed; torch device for training and prediction (``"cpu"``, ``"cuda"``); progress bars.
     """
+
+    #: Whether the cosine head refreshes by itself: in a background thread after label operations, and
+    #: at the first prediction of a classifier never refreshed (copies inherit it). Set False on an
+    #: instance to refresh only by calling :meth:`refresh`; changed labels are then scored by their
+    #: prototype and no prediction ever trains (a service holding many versions of one model refreshes
+    #: only the newest and passes the result on with :meth:`adopt_head`).
+    auto_refresh: bool = True
 
     def __init__(
         self,
@@ -259,6 +266,13 @@ class DynamicClassifier:
     @property
     def n_classes_(self) -> int:
         return len(self.labels_)
+
+    @property
+    def store_id_(self) -> str | None:
+        """The id of the store this classifier was loaded from or last committed to (None if never): a
+        store re-created or replaced at the same location has another id."""
+        self._check_fitted()
+        return self._source[0] if self._source else None
 
     @property
     def version_(self) -> int | None:
@@ -462,7 +476,8 @@ class DynamicClassifier:
         if live is None:
             owner = weakref.ref(self)
             live = self.__dict__.setdefault("_live", LiveHead(
-                self.head_options, lambda: getattr(owner(), "_labels", None)))
+                self.head_options, lambda: getattr(owner(), "_labels", None),
+                auto=lambda: getattr(owner(), "auto_refresh", True)))
         return live
 
     def refresh(self, wait: bool = True) -> dict | None:
@@ -480,6 +495,17 @@ class DynamicClassifier:
             live.refresher.schedule(self._labels, delay=0.0)
             return None
         return live.refresh(self._labels, force=True)
+
+    def adopt_head(self, other: "DynamicClassifier") -> list[str]:
+        """Score with the cosine head `other` (another version of the same model) last trained, for
+        every label whose examples are the same in both; the other labels are scored by their
+        prototype until the next refresh. Nothing is trained: a version just loaded answers at once
+        with what the version before it learnt. Returns the labels scored by their prototype."""
+        if not (isinstance(other, DynamicClassifier) and self.head is not None and
+                (other.head, other.head_options) == (self.head, self.head_options)):
+            raise DyntcError("adopt_head takes a DynamicClassifier with the same head and head_options, got "
+                             f"{other!r}")
+        return adopt(self._live_head(), self.labels_, other.labels_)
 
     def wait_for_refresh(self, timeout: float | None = None) -> bool:
         """Block until no background refresh is pending or running (at most `timeout` seconds); True if idle."""
@@ -622,11 +648,11 @@ class DynamicClassifier:
         self._check_fitted()
         cal = self._calibration()
         if cal is None and self.calibration_ is not None:
-            raise DyntcError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
+            raise CalibrationRequiredError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
                              f"scores and this classifier scores with {self._scorer()!r} (head={self.head!r}): "
                              "call calibrate(texts, labels) again, or set the head it was fitted with")
         if cal is None:
-            raise DyntcError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+            raise CalibrationRequiredError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
                              "labelled texts first (fine_tune resets the calibration)")
         return cal
 
@@ -691,11 +717,17 @@ class DynamicClassifier:
         self._source = (store_id, version)
 
     @classmethod
-    def load(cls, path: str | Path | ModelStore, version: int | None = None) -> Self:
+    def load(cls, path: str | Path | ModelStore, version: int | None = None, *,
+             base: "DynamicClassifier | None" = None) -> Self:
         """Load a saved classifier (its newest version, or `version`) from a model directory, a
         ``postgresql://`` URL or an open :class:`~dyntc.classifier.store.ModelStore`, on the CPU (set
-        ``device`` afterwards to move it)."""
-        return cls._from_snapshot(saving.open_store(path).read(version))
+        ``device`` afterwards to move it). `base`: an earlier version of the same store already
+        loaded; the newest version is then read as its difference to `base` when only labels changed
+        in between (the changed labels read and recomputed, the rest shared with `base`, which is left
+        as it was), else in full."""
+        store = saving.open_store(path)
+        newer = None if base is None or version is not None else saving.read_changes(store, base)
+        return newer if newer is not None else cls._from_snapshot(store.read(version))
 
     @classmethod
     def _from_snapshot(cls, snap) -> Self:

@@ -26,6 +26,7 @@ measurement is in docs/results.md §9.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,12 @@ class Support:
         return cls(tuple(texts), points, ids if len(order) > 1 else ())
 
 
-def check_name(name: Any, arg: str = "name") -> str:
+def check_name(name: Any, arg: str = "name", *, new: bool = False) -> str:
+    """A label name: a non-empty str without control characters. A `new` name (one being created) must
+    moreover read as what it is: no invisible format characters (zero-width spaces and joiners,
+    bidirectional overrides, a byte order mark: Unicode category Cf) and in NFC, so that no two labels
+    look alike (``"café"`` as ``e`` + combining accent beside ``"café"``): refused, not silently
+    changed, so the name stored is the name sent."""
     if not isinstance(name, str):
         raise DyntcError(f"{arg} must be a label name (str), got {type(name).__name__}")
     if not name.strip():
@@ -75,6 +81,15 @@ def check_name(name: Any, arg: str = "name") -> str:
 
     if not is_unicode(name):
         raise DyntcError(f"{arg} is not valid Unicode (it holds a lone surrogate code point): send UTF-8 text")
+    if new:
+        hidden = sorted({f"U+{ord(c):04X}" for c in name if unicodedata.category(c) == "Cf"})
+        if hidden:
+            raise DyntcError(f"{arg} {name[:40]!r} holds invisible format characters ({', '.join(hidden[:5])}: "
+                             "zero-width or bidirectional controls), so it could pass for another name: remove them")
+        if unicodedata.normalize("NFC", name) != name:
+            raise DyntcError(f"{arg} {name[:40]!r} is not in Unicode NFC form (a letter and a combining accent "
+                             "where one code point exists), so it could pass for another name: send "
+                             f"{unicodedata.normalize('NFC', name)[:40]!r}")
     return name
 
 
@@ -89,6 +104,9 @@ def check_examples(examples: Any, arg: str = "examples", *, allow_empty: bool = 
     if not examples and not allow_empty:
         raise DyntcError(f"{arg} is empty: a label needs at least one example text")
     check_texts(examples, arg)
+    for i, text in enumerate(examples):
+        if "\x00" in text:  # PostgreSQL cannot store it; SQLite could: refused on both, so a model copies anywhere
+            raise DyntcError(f"{arg}[{i}] contains a NUL character (\\x00), which a model store cannot keep: remove it")
     return examples
 
 
@@ -146,6 +164,23 @@ class LabelSet:
         other._spread, other._correction = dict(self._spread), self._correction
         other.changed, other.log = set(self.changed), list(self.log)
         other.head, other.head_view = self.head, self.head_view  # immutable: shared, never changed
+        return other
+
+    def with_changes(self, supports: Mapping[str, tuple], removed: Iterable[str]) -> "LabelSet":
+        """A copy with the labels in `removed` gone and those in `supports` (re)defined by stored
+        ``(texts, points, parts)``: a later version of this set read as its difference to it. Only
+        the changed labels are recomputed; the others keep their support objects (and so their
+        trained head weights). Nothing counts as changed: it is a committed version."""
+        other = self.copy()
+        for name in removed:
+            other._support.pop(name, None)
+        for name, group in supports.items():
+            other._support[name] = Support.of(*group)
+        other._support = dict(sorted(other._support.items()))
+        other._rows = other._correction = None
+        other.head_view = None
+        other._refresh(supports)
+        other.changed, other.log = set(), []
         return other
 
     # ---------------------------------------------------------------- reading
@@ -225,7 +260,7 @@ class LabelSet:
         return name
 
     def require_new(self, name: Any, arg: str = "name", allowed: Iterable[str] = ()) -> str:
-        check_name(name, arg)
+        check_name(name, arg, new=True)
         if name in self._support and name not in set(allowed):
             raise LabelExistsError(f"label {name!r} already exists: use add_examples to give it more examples, or pick another name")
         return name
@@ -326,7 +361,7 @@ class LabelSet:
 
     def rename_label(self, old: str, new: str) -> None:
         self.require(old, "old")
-        check_name(new, "new")
+        check_name(new, "new", new=True)
         if new == old:
             raise DyntcError(f"rename_label: old and new names are both {old!r}")
         self.require_new(new, "new")

@@ -201,6 +201,34 @@ def sq_distances(scores_: torch.Tensor | np.ndarray, config: HeadConfig) -> torc
     return 2.0 - 2.0 * torch.as_tensor(scores_).double() / config.scale
 
 
+def carry(trained: Trained | None, labels: Any) -> Trained | None:
+    """`trained`'s weights for the support sets of `labels` it was trained on, or that hold the same
+    examples (texts, parts and first point) as one it was trained on: another classifier's head
+    carried over to a label set loaded anew (a store version read back builds new support objects).
+    Labels without a match are scored by their prototype (imprinted) until the next refresh."""
+    if trained is None:
+        return None
+    by_content = {(s.texts, s.parts): (s, w) for s, w in trained.entries}
+    entries = []
+    for _, support in labels.items():
+        w = trained.rows(support)
+        if w is None:
+            old, w = by_content.get((support.texts, support.parts), (None, None))
+            if old is None or w.shape[0] != support.n_parts or not torch.equal(old.points[:1], support.points[:1]):
+                continue
+        entries.append((support, w))
+    return Trained(tuple(entries), trained.scale, trained.imprint_offset, trained.info)
+
+
+def adopt(live: "LiveHead", labels: Any, other: Any) -> list[str]:
+    """Score `labels` with the head last trained for `other` (another label set of the same model),
+    carried over by :func:`carry`; returns the labels scored by their prototype."""
+    trained = carry(other.head, labels)
+    if trained is not None:
+        labels.head = trained
+    return list(view(labels, live.config).imprinted)
+
+
 # --------------------------------------------------------------------------- refresh
 
 
@@ -320,8 +348,10 @@ class LiveHead:
     `current_labels` gives the classifier's label set of the moment: labels changed during a refresh
     are refreshed again only if they are still the classifier's."""
 
-    def __init__(self, options: Mapping[str, Any] | None, current_labels: Callable[[], Any]):
+    def __init__(self, options: Mapping[str, Any] | None, current_labels: Callable[[], Any], *,
+                 auto: Callable[[], bool] = lambda: True):
         self.config, delay = head_config(options)
+        self._auto = auto  # refresh by itself (after label operations, at the first prediction)? else only when asked
         self._current_labels = current_labels
         self._lock = threading.Lock()
         self._retired = False
@@ -332,8 +362,9 @@ class LiveHead:
 
     def view(self, labels: Any) -> View:
         """The scoring view of `labels`; a label set whose head was never trained (just loaded, refitted,
-        options changed) is trained now."""
-        if labels.head is None:
+        options changed) is trained now, unless the head refreshes only when asked (``auto`` False): then
+        every label is scored by its prototype until then."""
+        if labels.head is None and self._auto():
             self.refresh(labels)
         return view(labels, self.config)
 
@@ -356,7 +387,7 @@ class LiveHead:
             labels.head = trained
             now = view(labels, self.config)
         changed = set(map(id, now.supports)) - set(map(id, snapshot.supports))
-        if changed and labels is self._current_labels():
+        if changed and self._auto() and labels is self._current_labels():
             self.refresher.schedule(labels)
         return {**trained.info, "imprinted": list(now.imprinted)}
 
@@ -367,7 +398,7 @@ class LiveHead:
     def labels_changed(self, labels: Any) -> None:
         """After a label operation: the touched labels are imprinted at once; a refresh follows in the
         background (once the head was trained: until then, the first prediction trains it)."""
-        if labels.head is not None:
+        if labels.head is not None and self._auto():
             self.refresher.schedule(labels)
 
     def status(self, labels: Any) -> dict | None:

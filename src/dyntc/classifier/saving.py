@@ -49,9 +49,31 @@ def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params
     names = labels.changed if incremental else labels.classes
     changes = {n: ((s.texts, s.points, s.stored_parts()) if n in labels else None)
                for n in names for s in [labels._support.get(n)]}
+    for name, change in changes.items():  # PostgreSQL cannot store NUL: refused on every backend alike
+        if change is not None and any("\x00" in text for text in change[0]):
+            raise DyntcError(f"label {name!r} has an example containing a NUL character (\\x00), which a model "
+                             "store cannot keep: remove it (nothing was committed)")
     log = labels.log or [{"op": op}]
     return txn.commit(op=", ".join(dict.fromkeys(entry["op"] for entry in log)), detail=log, document=document,
                       weights=data if data is not None else key, labels=changes, replace_all=not incremental)
+
+
+def read_changes(store: ModelStore, base: Any) -> Any:
+    """The newest version of `store` as a copy of `base` (a classifier loaded from or committed to an
+    earlier version of it) with the labels changed since replaced, or None when it cannot be read that
+    way (another store, `base`'s version pruned, or the network, parameters or calibration changed)."""
+    if not hasattr(base, "_source"):
+        raise DyntcError(f"base must be a DynamicClassifier loaded from {store.where}, got {type(base).__name__}")
+    source = base._source
+    if source is None:
+        return None
+    changes = store.changes_since(*source)
+    if changes is None:
+        return None
+    clf = base.copy()
+    clf._labels = base._labels.with_changes(changes.labels, changes.removed)
+    clf._source = (changes.store_id, changes.version)
+    return clf
 
 
 def commit_edit(store: ModelStore, clf: Any, log: list, op: str) -> tuple[str, int]:

@@ -1,4 +1,4 @@
-"""``dyntc serve``: the HTTP service (:mod:`dyntc.classifier.service.app`) on a model directory written by ``dyntc fit``,
+"""``dyntc serve``: the HTTP service (:mod:`dyntc.classifier.service`) on a model directory written by ``dyntc fit``,
 or on a model in PostgreSQL that several replicas share (docs/deployment.md)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import typer
 
 from dyntc.errors import DyntcError
 
-# The limits' defaults are declared once, in dyntc.classifier.service.app.Limits; importing it here would load FastAPI
+# The limits' defaults are declared once, in dyntc.classifier.service.limits.Limits; importing it here would load torch
 # for every CLI command, so the options take None and fall back to those defaults.
 
 
@@ -27,8 +27,9 @@ def serve(
     max_text_chars: Annotated[Optional[int], typer.Option(help="Longest text (characters) predicted or stored [default: 2000]")] = None,
     max_examples: Annotated[Optional[int], typer.Option(help="Most examples in one write [default: 1000]")] = None,
     max_label_chars: Annotated[Optional[int], typer.Option(help="Longest label name (characters) [default: 100]")] = None,
-    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its headers, and its body [default: 30]")] = None,
-    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; more are answered 503 [default: 256]")] = None,
+    request_timeout_s: Annotated[Optional[float], typer.Option(help="Seconds a client has to send its request, headers and body in all [default: 30]")] = None,
+    max_connections: Annotated[Optional[int], typer.Option(help="Open connections; over it a new one closes the oldest not being worked on (idle or still sending) [default: 1024]")] = None,
+    max_in_flight: Annotated[Optional[int], typer.Option(help="Requests worked on at once; more are answered 503 (/healthz always answered) [default: 128]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
     access_log: Annotated[bool, typer.Option(help="Print one line per request on stderr (client, method, path, status)")] = False,
 ) -> None:
@@ -42,11 +43,12 @@ def serve(
         import uvicorn  # noqa: F401
     except ModuleNotFoundError as exc:
         raise missing_extra(exc.name, "`dyntc serve`") from None
-    from dyntc.classifier.service.app import Limits, run
+    from dyntc.classifier.service.limits import Limits
+    from dyntc.classifier.service.server import run
 
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
-                 max_connections=max_connections, workers=workers)
+                 max_connections=max_connections, max_in_flight=max_in_flight, workers=workers)
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
     run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits,
         access_log=access_log)

@@ -85,7 +85,7 @@ def test_oversized_requests_get_413_before_parsing(open_server):
 
 def test_a_large_request_leaves_a_worker_for_small_ones():
     """Two workers: large requests take at most one, so a small one never waits behind them."""
-    from dyntc.classifier.service.app import SMALL_REQUEST_CHARS, EmbeddingWorkers
+    from dyntc.classifier.service.limits import SMALL_REQUEST_CHARS, EmbeddingWorkers
 
     workers = EmbeddingWorkers(2)
     entered, release = threading.Event(), threading.Event()
@@ -337,18 +337,22 @@ def test_wrong_types_unknown_routes_and_slow_clients(open_server):
     assert open_server.call("GET", "/healthz", token=None)[0] == 200
 
 
-def test_store_gone_is_503_and_unhealthy(fitted, tmp_path):
+def test_store_gone_reads_answer_from_memory_writes_503_health_degraded(fitted, tmp_path):
     srv = Server(fitted.save(tmp_path / "model"), tmp_path)
     try:
         assert srv.call("GET", "/healthz")[1]["status"] == "ok"
+        served = srv.call("GET", "/labels")[1]["version"]
         moved = tmp_path / "elsewhere"
         os.rename(srv.model, moved)
         status, body = srv.call("POST", "/predict", {"texts": ["wake me up"]})
+        assert status == 200 and body["version"] == served  # from memory
+        health = eventually(lambda: (b := srv.call("GET", "/healthz"))[1]["status"] == "degraded" and b)
+        assert health[0] == 200 and health[1]["version"] == served and "gone or unreadable" in health[1]["error"]
+        status, body = srv.call("POST", "/labels", {"name": "while_away", "examples": ["x"]})
         assert status == 503 and "gone or unreadable" in body["error"]
-        status, body = srv.call("GET", "/healthz")
-        assert status == 503 and body["status"] == "unavailable"
         os.rename(moved, srv.model)
-        assert srv.call("GET", "/healthz")[0] == 200
+        assert eventually(lambda: srv.call("GET", "/healthz")[1]["status"] == "ok")
+        assert srv.call("POST", "/labels", {"name": "back", "examples": ["x"]})[0] == 201
     finally:
         srv.stop()
 

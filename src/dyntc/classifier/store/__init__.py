@@ -12,6 +12,7 @@ differs between the backends), :mod:`.common` (what they share), :mod:`.upgrade`
 :mod:`.copy` (to another location). docs/design.md gives the reasons.
 """
 
+from dyntc.classifier.store.changes import Changes
 from dyntc.classifier.store.copy import copy_store
 from dyntc.classifier.store.common import (LOCK_TIMEOUT_S, POLL_S, STORE_FILE, StoreFullError, StoreUnavailableError,
                                            store_file)
@@ -20,5 +21,5 @@ from dyntc.classifier.store.schema import STORE_FORMAT, TABLES, Snapshot
 from dyntc.classifier.store.transaction import Transaction
 from dyntc.classifier.store.versions import ModelStore, is_store
 
-__all__ = ["LOCK_TIMEOUT_S", "POLL_S", "STORE_FILE", "STORE_FORMAT", "TABLES", "ModelStore", "Snapshot",
+__all__ = ["Changes", "LOCK_TIMEOUT_S", "POLL_S", "STORE_FILE", "STORE_FORMAT", "TABLES", "ModelStore", "Snapshot",
            "StoreFullError", "StoreUnavailableError", "Transaction", "copy_store", "is_store", "is_url", "store_file"]

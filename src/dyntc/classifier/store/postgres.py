@@ -16,6 +16,11 @@ process per operation would cost milliseconds; every read of the HTTP service as
 - Errors: a full disk (SQLSTATE 53100) is :class:`StoreFullError`; a server that cannot be reached,
   is shutting down or dropped the connection, or a model whose tables were dropped, is
   :class:`StoreUnavailableError`.
+- Every statement has a deadline on the client side (``STATEMENT_TIMEOUT_S``; the write lock's wait
+  ``LOCK_TIMEOUT_S`` more, a VACUUM none): a server that accepts connections and never answers (a
+  network cut, a proxy gone silent) would otherwise hold the caller for ever. A statement past its
+  deadline has its connection's socket shut down, so it fails as :class:`StoreUnavailableError` and
+  the connection is dropped from the pool. Connecting has libpq's ``connect_timeout``.
 - ``prune`` compacts with a plain VACUUM (the space is reused, readers never wait); VACUUM FULL would
   give it back to the file system but locks readers out, so it is left to the operator.
 """
@@ -24,9 +29,12 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import heapq
+import itertools
 import os
 import re
 import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +56,69 @@ _MODEL_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,49}$")
 MAX_IDLE = 4  # idle connections a process keeps per database
 CONNECT_TIMEOUT_S = 10
 PING_AFTER_S = 2.0  # a pooled connection idle longer than this is checked before use
+STATEMENT_TIMEOUT_S = 30.0  # a statement unanswered this long has its connection cut (module docstring)
+PING_TIMEOUT_S = 5.0  # the check of an idle pooled connection, and the follower's probe
+
+
+class _Deadlines:
+    """One thread that cuts connections whose statement outlived its deadline: it shuts their socket
+    down (a duplicate of its descriptor, so the driver, blocked reading it, sees the end at once)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int]] = []
+        self._armed: dict[int, int] = {}  # token -> socket descriptor
+        self._tokens = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def within(self, conn: psycopg.Connection, seconds: float | None) -> Iterator[None]:
+        if seconds is None or conn.closed:
+            yield
+            return
+        token = next(self._tokens)
+        with self._cond:
+            self._armed[token] = conn.fileno()
+            heapq.heappush(self._heap, (time.monotonic() + seconds, token))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True, name="dyntc-pg-deadlines")
+                self._thread.start()
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._armed.pop(token, None)
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][1] not in self._armed:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                left = self._heap[0][0] - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                # under the lock: the owner cannot disarm, so cannot close the connection (and the
+                # descriptor be reused) before the cut
+                fd = self._armed.pop(heapq.heappop(self._heap)[1])
+                try:
+                    with socket.socket(fileno=os.dup(fd)) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except OSError:  # already closed by the server
+                    pass
+
+
+_DEADLINES = _Deadlines()
+
+
+def _run(conn: psycopg.Connection, sql: str, seconds: float | None = -1.0) -> None:
+    """A statement on a raw connection, within `seconds` (default ``PING_TIMEOUT_S``)."""
+    with _DEADLINES.within(conn, PING_TIMEOUT_S if seconds == -1.0 else seconds):
+        conn.execute(sql)
 
 
 def parse_url(url: str) -> tuple[str, str, str]:
@@ -94,14 +165,14 @@ class _Pool:
             # connection terminated meanwhile must not fail the next operation.
             if time.monotonic() - since > PING_AFTER_S or select.select([conn.fileno()], [], [], 0)[0]:
                 try:
-                    conn.execute("SELECT 1")
+                    _run(conn, "SELECT 1")
                 except psycopg.Error:
                     conn.close()
                     continue
             return conn
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
                                application_name="dyntc")
-        conn.execute(f'SET search_path TO "{self.schema}"')
+        _run(conn, f'SET search_path TO "{self.schema}"', STATEMENT_TIMEOUT_S)
         return conn
 
     def put(self, conn: psycopg.Connection) -> None:
@@ -154,19 +225,22 @@ class _Connection:
             out = cls._sql[sql] = sql.replace("%", "%%").replace("?", "%s")
         return out
 
-    def execute(self, sql: str, params: tuple | list = ()) -> psycopg.Cursor:
+    def execute(self, sql: str, params: tuple | list = (), *, timeout: float | None = -1.0) -> psycopg.Cursor:
+        """`timeout`: seconds until the connection is cut (default ``STATEMENT_TIMEOUT_S``; None: never)."""
         cursor = self.conn.cursor()
-        if params:
-            cursor.execute(self._translate(sql), params)
-        else:
-            cursor.execute(sql)
+        with _DEADLINES.within(self.conn, STATEMENT_TIMEOUT_S if timeout == -1.0 else timeout):
+            if params:
+                cursor.execute(self._translate(sql), params)
+            else:
+                cursor.execute(sql)
         return cursor
 
     def executemany(self, sql: str, rows) -> psycopg.Cursor:
         cursor = self.conn.cursor()
         rows = list(rows)
         if rows:
-            cursor.executemany(self._translate(sql), rows)
+            with _DEADLINES.within(self.conn, STATEMENT_TIMEOUT_S):
+                cursor.executemany(self._translate(sql), rows)
         return cursor
 
 
@@ -212,14 +286,14 @@ class PostgresDialect:
         try:
             if create:
                 try:
-                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                    _run(conn, f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', STATEMENT_TIMEOUT_S)
                 except psycopg.errors.UniqueViolation:
                     pass  # created at the same moment by another process
             yield _Connection(conn)
         finally:
             if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 try:
-                    conn.execute("ROLLBACK")
+                    _run(conn, "ROLLBACK")
                 except psycopg.Error:
                     conn.close()
             self.pool.put(conn)
@@ -230,7 +304,7 @@ class PostgresDialect:
     def begin_write(self, db: _Connection) -> None:
         db.execute("BEGIN")
         db.execute(f"SET LOCAL lock_timeout = '{int(LOCK_TIMEOUT_S * 1000)}ms'")
-        db.execute("SELECT pg_advisory_xact_lock(?)", (self.lock_key,))
+        db.execute("SELECT pg_advisory_xact_lock(?)", (self.lock_key,), timeout=LOCK_TIMEOUT_S + 10)
 
     def commit(self, db: _Connection) -> None:
         db.execute("COMMIT")
@@ -239,7 +313,7 @@ class PostgresDialect:
         conn = db.conn
         if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
             try:
-                conn.execute("ROLLBACK")
+                _run(conn, "ROLLBACK")
             except psycopg.Error:
                 conn.close()  # the server rolls back what a lost connection left
 
@@ -294,7 +368,7 @@ class PostgresDialect:
 
     def compact(self, db: _Connection) -> None:
         try:
-            db.execute("VACUUM (ANALYZE) meta, blobs, versions, contents, labels, names, members")
+            db.execute("VACUUM (ANALYZE) meta, blobs, versions, contents, labels, names, members", timeout=None)
         except psycopg.Error as exc:
             raise self.error(exc) from exc
 
@@ -324,7 +398,7 @@ class PostgresDialect:
                 continue
             try:
                 with conn:
-                    conn.execute(f'LISTEN "{self.channel}"')
+                    _run(conn, f'LISTEN "{self.channel}"')
                     changed()  # whatever was committed before this connection listened
                     probe = time.monotonic()
                     while not stop.is_set():
@@ -334,7 +408,7 @@ class PostgresDialect:
                         if seen:
                             changed()
                         elif time.monotonic() - probe > 5:
-                            conn.execute("SELECT 1")
+                            _run(conn, "SELECT 1")
                             probe = time.monotonic()
             except psycopg.Error:
                 changed()

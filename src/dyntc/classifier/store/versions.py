@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from dyntc._version import __version__
+from dyntc.classifier.store.changes import Changes, changes_since
 from dyntc.classifier.store.common import StoreFullError, StoreUnavailableError
 from dyntc.classifier.store.dialect import dialect_for, location_of
 from dyntc.classifier.store.schema import (STORE_FORMAT, UPGRADABLE_FORMATS, Snapshot, content_hash, digest, head,
                                            meta, now, points_tensor, read_format, schema_statements)
 from dyntc.classifier.store.transaction import Transaction
 from dyntc.classifier.store.upgrade import upgrade
-from dyntc.errors import DyntcError, is_int
+from dyntc.errors import DyntcError, VersionNotFoundError, is_int
 
 
 def is_store(location: str | Path) -> bool:
@@ -133,8 +134,9 @@ class ModelStore:
         head = self.head(db)
         first = db.execute("SELECT COALESCE(MIN(id), 1) FROM versions").fetchone()[0]
         if is_int(version) and 1 <= version < first:
-            return DyntcError(f"version {version} of {self.path} was pruned; the store keeps versions {first}..{head}")
-        return DyntcError(f"{self.path} has no version {version!r}; its versions are {first}..{head}")
+            return VersionNotFoundError(f"version {version} of {self.path} was pruned; the store keeps versions "
+                                        f"{first}..{head}")
+        return VersionNotFoundError(f"{self.path} has no version {version!r}; its versions are {first}..{head}")
 
     def read(self, version: int | None = None, db: Any = None) -> Snapshot:
         """The state of `version` (default: the newest), verified against its hashes."""
@@ -212,6 +214,16 @@ class ModelStore:
     def store_id(self) -> str:
         with self._connect() as db:
             return meta(db, "store_id") or ""
+
+    def changes_since(self, store_id: str, since: int) -> "Changes | None":
+        """The newest version as its difference to version `since` of store `store_id`
+        (:func:`~dyntc.classifier.store.changes.changes_since`); None when a full read is needed."""
+        with self._connect() as db:
+            self.dialect.begin_read(db)
+            try:
+                return changes_since(db, store_id, since, self._blob)
+            finally:
+                self.dialect.rollback(db)
 
     # ---------------------------------------------------------------- writing
 
