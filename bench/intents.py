@@ -328,7 +328,7 @@ class Product(Approach):
             self._status()
 
     def scores_texts(self, texts):
-        s = self.clf.decision_function(texts)
+        s = self.clf.label_scores(texts)
         return self._full([int(c) for c in self.clf.classes_], s)
 
     def predict_top(self, q):

@@ -1,7 +1,8 @@
 """One exception type for every mistake a user can fix.
 
 The CLI prints a :class:`DyntcError` as a one-line message (no traceback) and exits with status 2;
-anything else is a bug and keeps its traceback.
+anything else is a bug and keeps its traceback. :class:`DyntcWarning` is the category of every
+warning dyntc issues, so that users can filter them.
 """
 
 
@@ -27,6 +28,12 @@ class VersionNotFoundError(DyntcError):
 
 class CalibrationRequiredError(DyntcError):
     """An operation needs a calibrated classifier (``reject``, probabilities fitted on its scores)."""
+
+
+class DyntcWarning(UserWarning):
+    """Something accepted that is probably not what the user meant (duplicate or conflicting
+    examples, examples dropped by a split, a calibration that cannot be trusted); the message says
+    how to avoid it. Silence them with ``warnings.filterwarnings("ignore", category=DyntcWarning)``."""
 
 
 def is_int(value) -> bool:

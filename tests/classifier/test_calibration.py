@@ -84,15 +84,15 @@ def test_calibrate_on_clinc150(calibrated, clinc, tmp_path):
                                torch.softmax(torch.as_tensor(scores) / cal.temperature, 1).numpy(), atol=1e-12)
     # reject=True: None exactly where the nearest label is farther than the threshold
     oos = [t for t, _ in clinc["oos_test"]][:200]
-    rejected = calibrated.predict(oos, reject=True)
+    rejected = calibrated.predict(oos, reject=True).tolist()
     d2 = calibrated.squared_distances(calibrated.decision_function(oos)).numpy()
     far = np.sqrt(np.maximum(d2.min(1), 0)) > cal.threshold
     assert [r is None for r in rejected] == far.tolist() and any(far)
-    assert [r for r in rejected if r is not None] == [p for p, f in zip(calibrated.predict(oos), far) if not f]
+    assert [r for r in rejected if r is not None] == [p for p, f in zip(calibrated.predict(oos).tolist(), far) if not f]
     # saved and loaded with the classifier
     back = DynamicClassifier.load(calibrated.save(tmp_path / "m"))
     assert back.calibration_ == cal
-    assert back.predict(oos, reject=True) == rejected
+    assert back.predict(oos, reject=True).tolist() == rejected
 
 
 @pytest.mark.data
@@ -101,7 +101,7 @@ def test_fine_tune_resets_the_calibration(calibrated, clinc):
     clf.fine_tune(episodes=2)
     assert clf.calibration_ is None and clf.temperature_ == 1.0
     with pytest.raises(DyntcError, match="needs a calibrated classifier"):
-        clf.predict(["hello"], reject=True)
+        clf.predict(["hello"], reject=True).tolist()
 
 
 @pytest.mark.data
@@ -115,7 +115,7 @@ def test_before_calibration_the_temperature_is_the_models_scale(clinc):
     scores = torch.as_tensor(clf.decision_function(texts))
     np.testing.assert_allclose(clf.predict_proba(texts), torch.softmax(scores * 16, 1).numpy(), atol=1e-12)
     clf.calibrate(texts, labels)
-    truth = torch.tensor([clf.classes_.index(y) for y in labels])
+    truth = torch.tensor([list(clf.classes_).index(y) for y in labels])
     assert clf.calibration_.ece_before == pytest.approx(expected_calibration_error(torch.softmax(scores * 16, 1), truth))
     headed = DynamicClassifier().fit(*_pairs(clinc, "train"))  # the cosine head: its scores are logits already
     assert headed.prior_temperature_ == headed.temperature_ == 1.0
@@ -147,4 +147,4 @@ def test_bad_calibration_input_changes_nothing(calibrated, clinc, tmp_path):
     assert DynamicClassifier.load(path).calibration_ == calibrated.calibration_
     fresh = DynamicClassifier(**SMALL).fit(*_pairs(clinc, "train"))
     with pytest.raises(DyntcError, match=r"predict\(reject=True\) needs a calibrated classifier"):
-        fresh.predict(["hello"], reject=True)
+        fresh.predict(["hello"], reject=True).tolist()

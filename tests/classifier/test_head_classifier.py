@@ -46,7 +46,7 @@ def test_default_is_the_cosine_head_and_head_none_the_prototype_scorer():
     old = _fit(head=None)
     assert old.head_status() is None
     points = old.space_.embed(QUERIES)
-    np.testing.assert_allclose(old.decision_function(QUERIES), -old.labels_.sq_distances(points).double().numpy())
+    np.testing.assert_allclose(old.label_scores(QUERIES), -old.labels_.sq_distances(points).double().numpy())
     assert old.prior_temperature_ == pytest.approx(1 / 16)
     with pytest.raises(DyntcError, match="head=None"):
         old.refresh()
@@ -64,9 +64,9 @@ def test_scores_by_hand_untrained_trained_imprinted_merged_and_distances():
     x = _unit(clf.encode(QUERIES).astype(np.float64))
     protos = np.concatenate([_part_prototypes(clf, c) for c in clf.classes_])
     expected = 16 * x @ protos.T
-    scores = clf.decision_function(QUERIES)
+    scores = clf.label_scores(QUERIES)
     np.testing.assert_allclose(scores, expected, atol=1e-5)
-    assert clf.predict(QUERIES) == [clf.classes_[i] for i in expected.argmax(1)]
+    assert clf.predict(QUERIES).tolist() == [clf.classes_[i] for i in expected.argmax(1)]
     np.testing.assert_allclose(clf.predict_proba(QUERIES), torch.softmax(torch.as_tensor(expected), 1).numpy(), atol=1e-5)
     # distances: d² = 2 - 2 s / 16 = |x - p|² on the unit sphere; top_k nearest = best-scored first
     d = np.sqrt(np.maximum(2 - 2 * expected / 16, 0))
@@ -80,21 +80,21 @@ def test_scores_by_hand_untrained_trained_imprinted_merged_and_distances():
     head = trained.labels_.head
     assert head.imprint_offset > 0 and head.scale == 16
     w = np.concatenate([head.rows(trained.labels_.support(c)) for c in trained.classes_])
-    np.testing.assert_allclose(trained.decision_function(QUERIES), 16 * _unit(trained.encode(QUERIES)) @ w.T, atol=1e-5)
+    np.testing.assert_allclose(trained.label_scores(QUERIES), 16 * _unit(trained.encode(QUERIES)) @ w.T, atol=1e-5)
     trained.add_label("alarm", ["set an alarm for six", "wake me up at seven"])
     assert trained.head_status()["imprinted"] == ["alarm"]
-    col = trained.classes_.index("alarm")
+    col = list(trained.classes_).index("alarm")
     expected = 16 * (_unit(trained.encode(QUERIES)) @ _part_prototypes(trained, "alarm")[0] - head.imprint_offset)
-    np.testing.assert_allclose(trained.decision_function(QUERIES)[:, col], expected, atol=1e-5)
-    assert trained.predict(["set an alarm"]) == ["alarm"]
+    np.testing.assert_allclose(trained.label_scores(QUERIES)[:, col], expected, atol=1e-5)
+    assert trained.predict(["set an alarm"]).tolist() == ["alarm"]
 
     # merged: one row per part (its prototype, imprinted), the label scores the best part
     clf.merge_labels(["music", "weather"], "misc")
     parts = _part_prototypes(clf, "misc")
     assert parts.shape[0] == 2
     x = _unit(clf.encode(QUERIES).astype(np.float64))
-    col = clf.classes_.index("misc")
-    np.testing.assert_allclose(clf.decision_function(QUERIES)[:, col], 16 * (x @ parts.T).max(1), atol=1e-5)
+    col = list(clf.classes_).index("misc")
+    np.testing.assert_allclose(clf.label_scores(QUERIES)[:, col], 16 * (x @ parts.T).max(1), atol=1e-5)
     clf.refresh()
     assert clf.head_status()["imprinted"] == [] and clf.labels_.head.rows(clf.labels_.support("misc")).shape[0] == 2
 
@@ -140,7 +140,7 @@ def test_prototype_score_option_adds_the_product_distance():
     x = _unit(clf.encode(QUERIES).astype(np.float64))
     protos = np.concatenate([_part_prototypes(clf, c) for c in clf.classes_])
     d2 = clf.labels_.sq_distances(clf.space_.embed(QUERIES)).double().numpy()  # support-size corrected
-    np.testing.assert_allclose(clf.decision_function(QUERIES), 16 * x @ protos.T - 0.5 * 4 * d2, atol=1e-5)
+    np.testing.assert_allclose(clf.label_scores(QUERIES), 16 * x @ protos.T - 0.5 * 4 * d2, atol=1e-5)
 
 
 def test_hyperbolic_metric_uses_the_spatial_part():
@@ -149,9 +149,9 @@ def test_hyperbolic_metric_uses_the_spatial_part():
     assert points.shape[1] == clf.space_.dim
     x = _unit(points[:, 1:].astype(np.float64))  # h: the direction of the log map at the origin
     protos = np.concatenate([_part_prototypes(clf, c, lambda p: p[:, 1:]) for c in clf.classes_])
-    np.testing.assert_allclose(clf.decision_function(QUERIES), 16 * x @ protos.T, atol=1e-5)
+    np.testing.assert_allclose(clf.label_scores(QUERIES), 16 * x @ protos.T, atol=1e-5)
     trained = DynamicClassifier("hashing", "hyperbolic").fit(TEXTS, LABELS)
-    assert trained.predict(QUERIES[:3]) == ["flight", "weather", "music"]
+    assert trained.predict(QUERIES[:3]).tolist() == ["flight", "weather", "music"]
 
 
 # ------------------------------------------------------------------------------- refresh and threads
@@ -183,19 +183,19 @@ def test_label_added_during_a_refresh_is_served_at_once_and_survives_the_swap(mo
     assert gate.started[0].wait(10)
     before = clf.labels_.head
     clf.add_label("taxi", ["call me a taxi", "book a cab to the station"])  # while refresh 1 trains
-    assert clf.predict(["a taxi to the station please"]) == ["taxi"]  # imprinted, served at once
+    assert clf.predict(["a taxi to the station please"]).tolist() == ["taxi"]  # imprinted, served at once
     assert set(clf.head_status()["imprinted"]) == {"alarm", "taxi"}
     assert clf.labels_.head is before  # nothing installed yet
     gate.go[0].set()
     assert gate.started[1].wait(10)  # refresh 1 installed, refresh 2 (for taxi) started
     assert clf.labels_.head is not before
     assert clf.head_status()["imprinted"] == ["taxi"]  # trained on a snapshot without it: still imprinted
-    assert clf.predict(["a taxi to the station please", "set an alarm please"]) == ["taxi", "alarm"]
+    assert clf.predict(["a taxi to the station please", "set an alarm please"]).tolist() == ["taxi", "alarm"]
     assert "taxi" in clf.classes_
     gate.go[1].set()
     assert clf.wait_for_refresh(30)
     assert clf.head_status()["imprinted"] == [] and clf.head_status()["examples"] == len(TEXTS) + 4
-    assert clf.predict(["a taxi to the station please"]) == ["taxi"]
+    assert clf.predict(["a taxi to the station please"]).tolist() == ["taxi"]
 
 
 def test_refreshes_are_debounced_and_never_overlap(monkeypatch):
@@ -240,11 +240,11 @@ def test_readers_never_see_a_half_built_head():
                 v = live_head.view(labels, config)
                 assert len(v.weights) == len(v.offsets) == len(v.owner) == len(v.supports) == len(v.classes)
                 assert list(v.classes) == labels.classes
-                scores = clf.decision_function(QUERIES)
+                scores = clf.label_scores(QUERIES)
                 assert scores.shape == (len(QUERIES), len(clf.classes_)) and np.isfinite(scores).all()
                 probs = clf.predict_proba(QUERIES)
                 assert probs.shape == scores.shape
-                assert all(label in clf.classes_ for label in clf.predict(QUERIES))
+                assert all(label in clf.classes_ for label in clf.predict(QUERIES).tolist())
                 reads[0] += 1
             except Exception as exc:  # pragma: no cover - reported below
                 errors.append(exc)
@@ -271,7 +271,7 @@ def test_readers_never_see_a_half_built_head():
 
 def test_copies_refresh_on_their_own():
     clf = _fit(head_options={"refresh_delay": 0})
-    head, classes = clf.labels_.head, clf.classes_
+    head, classes = clf.labels_.head, list(clf.classes_)
     other = clf.copy()
     assert other.head_options is not clf.head_options or clf.head_options is None
     other.head_options["refresh_delay"] = 5  # the copy's options are its own
@@ -279,7 +279,7 @@ def test_copies_refresh_on_their_own():
     other.add_label("alarm", ["set an alarm for six", "wake me up at seven"])
     other.refresh()
     assert other.labels_.head is not head and other.head_status()["imprinted"] == []
-    assert clf.labels_.head is head and clf.classes_ == classes
+    assert clf.labels_.head is head and list(clf.classes_) == classes
     assert "_head_refresh" not in clf.__dict__ or not clf.wait_for_refresh(0) is False
     assert clf.predict(["set an alarm"]) != ["alarm"]
 
@@ -292,15 +292,15 @@ def test_save_load_round_trip_is_deterministic(tmp_path):
     path = clf.save(tmp_path / "m")
     first, second = DynamicClassifier.load(path), DynamicClassifier.load(path)
     assert first.head == "cosine"
-    np.testing.assert_array_equal(first.decision_function(QUERIES), second.decision_function(QUERIES))
+    np.testing.assert_array_equal(first.label_scores(QUERIES), second.label_scores(QUERIES))
     # fit trains from the prototypes, as load does: the same head
-    np.testing.assert_allclose(first.decision_function(QUERIES), clf.decision_function(QUERIES), atol=1e-4)
+    np.testing.assert_allclose(first.label_scores(QUERIES), clf.label_scores(QUERIES), atol=1e-4)
     # after label operations a saved version still loads to the same predictions every time
     clf.add_label("alarm", ["set an alarm for six", "wake me up at seven"])
     clf.save(path)
     a, b = DynamicClassifier.load(path), DynamicClassifier.load(path)
-    np.testing.assert_array_equal(a.decision_function(QUERIES), b.decision_function(QUERIES))
-    assert a.head_status()["imprinted"] == [] and a.predict(["set an alarm"]) == ["alarm"]
+    np.testing.assert_array_equal(a.label_scores(QUERIES), b.label_scores(QUERIES))
+    assert a.head_status()["imprinted"] == [] and a.predict(["set an alarm"]).tolist() == ["alarm"]
     old = DynamicClassifier("hashing", head=None, head_options={"tau": 0.5}).fit(TEXTS, LABELS)
     loaded = DynamicClassifier.load(old.save(tmp_path / "old"))
     assert loaded.head is None and loaded.head_options == {"tau": 0.5}
@@ -310,9 +310,9 @@ def test_calibration_is_tied_to_its_scorer(tmp_path):
     clf = _fit()
     clf.calibrate(QUERIES[:3], ["flight", "weather", "music"])
     assert clf.calibration_.scorer == "cosine"
-    assert clf.predict(QUERIES[:3], reject=True) == clf.predict(QUERIES[:3])  # nothing rejected at 0 drop
-    records = clf.prediction_records(clf.decision_function(QUERIES), top_k=2, proba=True, reject=True)
-    assert [r["label"] for r in records] == clf.predict(QUERIES, reject=True)
+    assert clf.predict(QUERIES[:3], reject=True).tolist() == clf.predict(QUERIES[:3]).tolist()  # nothing rejected at 0 drop
+    records = clf.prediction_records(clf.label_scores(QUERIES), top_k=2, proba=True, reject=True)
+    assert [r["label"] for r in records] == clf.predict(QUERIES, reject=True).tolist()
     assert all(r["top_k"][0]["distance"] <= r["top_k"][1]["distance"] for r in records)
     assert DynamicClassifier.load(clf.save(tmp_path / "m")).calibration_.scorer == "cosine"
     clf.set_params(head=None)
@@ -324,21 +324,21 @@ def test_calibration_is_tied_to_its_scorer(tmp_path):
     headed.calibration_ = Calibration.from_dict({k: v for k, v in old.to_dict().items() if k != "scorer"})
     assert headed.temperature_ == 1.0
     with pytest.raises(DyntcError, match="'prototype' scorer.*calibrate"):
-        headed.predict(QUERIES, reject=True)
+        headed.predict(QUERIES, reject=True).tolist()
     headed.set_params(head=None)  # same as the stored version's scorer again? calibration dropped: refit it
     assert headed.calibration_ is None
 
 
 def test_set_params_head_applies_at_once():
     clf = _fit(head=None)
-    before = clf.decision_function(QUERIES)
+    before = clf.label_scores(QUERIES)
     clf.set_params(head="cosine")
     assert clf.labels_.head is None
-    after = clf.decision_function(QUERIES)  # trained at this first use
+    after = clf.label_scores(QUERIES)  # trained at this first use
     assert clf.head_status()["imprinted"] == [] and not np.allclose(before, after)
     clf.set_params(head_options={"tau": 0.5})
     assert clf.labels_.head is None
-    clf.predict(QUERIES)
+    clf.predict(QUERIES).tolist()
     assert clf.labels_.head is not None
 
 

@@ -128,12 +128,12 @@ def test_classifier_parameter(tmp_path):
     clf = DynamicClassifier(head=None).fit(texts, labels)  # the debiased distances are the prototype scorer's
     assert clf.debias and clf.labels_.debias
     raw = clf.space_.sq_distances(clf.space_.embed(texts), clf.labels_.prototypes())
-    torch.testing.assert_close(torch.as_tensor(-clf.decision_function(texts)).float(),
+    torch.testing.assert_close(torch.as_tensor(-clf.label_scores(texts)).float(),
                                raw - clf.labels_.support_correction())
     clf.calibrate(texts, labels)
     clf.set_params(debias=False)
     assert clf.calibration_ is None and not clf.labels_.debias  # fitted on the other distances
-    torch.testing.assert_close(torch.as_tensor(-clf.decision_function(texts)).float(), raw)
+    torch.testing.assert_close(torch.as_tensor(-clf.label_scores(texts)).float(), raw)
     assert DynamicClassifier.load(clf.save(tmp_path / "m")).labels_.debias is False
     with pytest.raises(DyntcError, match="debias must be True or False"):
         clf.set_params(debias="yes")

@@ -11,19 +11,31 @@ own prototypes are too small), over the classifier's scores s (``decision_functi
   top score): a text whose nearest label is farther than τ is out of scope. τ is the smallest distance (the most texts rejected)
   at which accuracy on the held-out in-scope texts, counting a rejected one as an error, drops by at
   most ``max_accuracy_drop``. Out-of-scope examples, when given, only measure what that τ catches.
+
+The expected calibration error after calibration (``ece_after``) is measured out of sample: the
+texts are cut into ``CV_FOLDS`` folds and each fold's probabilities use the temperature fitted on the
+others (the in-sample figure, ``ece_after_in_sample``, flatters a temperature fitted on the very texts
+it is measured on). A held-out set that the classifier gets entirely right cannot fit a temperature
+(the likelihood keeps growing as T → 0, and every probability would become 1.0): the temperature is
+then left at its prior value, with a :class:`~dyntc.errors.DyntcWarning`; a set of fewer than
+``MIN_TEXTS`` texts, or a fit whose probabilities all collapse to ~1, is warned about as well.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 
 import torch
 
-from dyntc.errors import DyntcError, is_number
+from dyntc.errors import CalibrationRequiredError, DyntcError, DyntcWarning, is_number
 
 
 ECE_BINS = 15
+CV_FOLDS = 5  # folds of the out-of-sample ECE
+MIN_TEXTS = 30  # fewer held-out texts than this: the temperature and threshold are warned to be unreliable
+COLLAPSED = 0.999  # mean top probability above this on the held-out texts: the probabilities are warned to have collapsed
 
 
 @dataclass(frozen=True)
@@ -36,11 +48,13 @@ class Calibration:
     n_texts: int
     accuracy: float  # nearest prototype, no rejection
     accuracy_with_rejection: float  # rejected in-scope texts counted as errors
-    ece_before: float  # expected calibration error of softmax(-d²)
-    ece_after: float  # ... of softmax(-d² / T)
+    ece_before: float  # expected calibration error of softmax(scores / prior T)
+    ece_after: float  # ... of softmax(scores / T), T fitted on the other folds (out of sample)
     n_oos: int = 0
     oos_recall: float | None = None  # share of the out-of-scope texts rejected
     scorer: str = "prototype"  # the scores it was fitted on: "prototype" (head=None) or the head's name
+    ece_after_in_sample: float | None = None  # ... with the T fitted on all of them (None: saved before it existed)
+    temperature_fitted: bool = True  # False: every held-out text was right, T kept at its prior value
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,7 +133,25 @@ def fit_calibration(sq_distances: torch.Tensor, labels: torch.Tensor, oos_sq_dis
     is fitted on `scores` (default ``-sq_distances``). `prior_temperature`: the one in use before (for
     ``ece_before``)."""
     logits = (-sq_distances if scores is None else scores).double()
-    temperature = fit_temperature(-logits, labels)
+    n = len(labels)
+    if n < 2:
+        raise DyntcError(f"calibration needs at least 2 held-out texts (got {n}); {MIN_TEXTS} or more give a usable "
+                         "temperature and threshold")
+    if n < MIN_TEXTS:
+        warnings.warn(f"calibrating on {n} held-out texts: the temperature and the out-of-scope threshold will be "
+                      f"noisy; use at least {MIN_TEXTS} labelled texts that are not support examples", DyntcWarning,
+                      stacklevel=4)
+    fitted = bool((logits.argmax(1) != labels).any())
+    temperature = _temperature(logits, labels, prior_temperature)
+    if not fitted:
+        warnings.warn(f"every one of the {n} held-out texts is classified correctly, so they cannot fit a temperature "
+                      f"(it would shrink towards 0 and every probability become 1.0): kept the prior T = "
+                      f"{prior_temperature:.4g}; calibrate on more or harder held-out texts (a dev split that "
+                      "includes confusable ones)", DyntcWarning, stacklevel=4)
+    elif float(torch.softmax(logits / temperature, 1).max(1).values.mean()) > COLLAPSED:
+        warnings.warn(f"the fitted temperature T = {temperature:.4g} makes almost every probability 1.0 on the {n} "
+                      "held-out texts: the probabilities will be overconfident; calibrate on more or harder held-out "
+                      "texts", DyntcWarning, stacklevel=4)
     nearest = sq_distances.min(1).values.clamp_min(0).sqrt()
     correct = sq_distances.argmin(1) == labels
     tau = threshold if threshold is not None else choose_threshold(nearest, correct, max_accuracy_drop)
@@ -131,9 +163,45 @@ def fit_calibration(sq_distances: torch.Tensor, labels: torch.Tensor, oos_sq_dis
         accuracy=float(correct.double().mean()),
         accuracy_with_rejection=float((correct & (nearest <= tau)).double().mean()),
         ece_before=expected_calibration_error(torch.softmax(logits / prior_temperature, 1), labels),
-        ece_after=expected_calibration_error(torch.softmax(logits / temperature, 1), labels),
+        ece_after=expected_calibration_error(cross_fitted_proba(logits, labels, prior_temperature), labels),
         n_oos=0 if oos_sq_distances is None else len(oos_sq_distances), oos_recall=oos_recall, scorer=scorer,
+        ece_after_in_sample=expected_calibration_error(torch.softmax(logits / temperature, 1), labels),
+        temperature_fitted=fitted,
     )
+
+
+def _temperature(logits: torch.Tensor, labels: torch.Tensor, prior_temperature: float) -> float:
+    """The fitted temperature, or `prior_temperature` when every text is right (no finite minimum)."""
+    if not bool((logits.argmax(1) != labels).any()):
+        return prior_temperature
+    return fit_temperature(-logits, labels)
+
+
+def cross_fitted_proba(logits: torch.Tensor, labels: torch.Tensor, prior_temperature: float,
+                       folds: int = CV_FOLDS) -> torch.Tensor:
+    """``softmax(logits / T)`` where each text's T is fitted on the other folds (texts dealt round-robin
+    into ``min(folds, n)`` folds after a fixed shuffle): out-of-sample probabilities for the ECE."""
+    n = len(labels)
+    k = min(folds, n)
+    fold = torch.randperm(n, generator=torch.Generator().manual_seed(0)) % k
+    proba = torch.empty_like(logits, dtype=torch.float64)
+    for f in range(k):
+        test = fold == f
+        t = _temperature(logits[~test], labels[~test], prior_temperature)
+        proba[test] = torch.softmax(logits[test] / t, 1)
+    return proba
+
+
+def require_calibration(cal: Calibration | None, scorer: str, head: str | None, what: str) -> Calibration:
+    """`cal` if it was fitted on the `scorer` in use, or a clear error naming `what` needed it."""
+    if cal is not None and cal.scorer != scorer:
+        raise CalibrationRequiredError(f"{what}: the calibration was fitted on the {cal.scorer!r} scorer's scores and this "
+                         f"classifier scores with {scorer!r} (head={head!r}): call calibrate(texts, labels) again, "
+                         "or set the head it was fitted with")
+    if cal is None:
+        raise CalibrationRequiredError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
+                         "labelled texts first (fine_tune resets the calibration)")
+    return cal
 
 
 def check_max_drop(value: object) -> float:

@@ -32,19 +32,21 @@ texts embedded earlier keep their points.
 from __future__ import annotations
 
 import copy
-import inspect
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import torch
 
-from dyntc.classifier import trainer
-from dyntc.classifier import replay, saving
-from dyntc.classifier.calibration import Calibration, check_max_drop, check_threshold, fit_calibration
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from dyntc.classifier import answers, hygiene, replay, saving, trainer
+from dyntc.classifier.calibration import (
+    Calibration, check_max_drop, check_threshold, fit_calibration, require_calibration,
+)
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.classifier.live_head import LiveHead, adopt, head_config
 from dyntc.classifier.space import MetricSpace
@@ -53,10 +55,15 @@ from dyntc.classifier.params import (
 )
 from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore, is_store
-from dyntc.errors import CalibrationRequiredError, DyntcError, NotFittedError, is_int
+from dyntc.classifier.targets import LabelCodec, as_texts, flat_labels, json_label
+from dyntc.errors import DyntcError, NotFittedError
+
+if TYPE_CHECKING:
+    from dyntc.classifier.discovery import Discovery
+    from dyntc.classifier.suggestions import Suggestion
 
 
-class DynamicClassifier:
+class DynamicClassifier(ClassifierMixin, BaseEstimator):
     """Text classifier with an editable label set (scikit-learn conventions): a cosine head over the
     support examples' points (default) or the nearest prototype.
 
@@ -110,7 +117,7 @@ class DynamicClassifier:
         map at the origin), score ``16 · (cos(x, w_c) − o_c)``, trained on every stored example by
         :meth:`fit` and by a background refresh about a second after the last label operation; a
         label changed since the last refresh is scored at once by its normalised prototype (minus an
-        offset). ``decision_function`` gives these scores and ``top_k`` / ``prediction_records`` the
+        offset). ``label_scores`` gives these scores and ``top_k`` / ``prediction_records`` the
         distances ``sqrt(2 − 2 s / 16)`` they stand for (:mod:`~dyntc.classifier.live_head`). ``None``:
         the support-size-corrected nearest-prototype scorer, ``-d²`` (the default before the head).
         Applies at once (the head is trained at the next prediction; the calibration is dropped).
@@ -139,29 +146,18 @@ class DynamicClassifier:
         metric: str = "euclidean",
         *,
         train: str | None = None,
-        hidden_size: int = 128,
-        num_layers: int | None = None,
-        dropout: float | None = None,
-        max_len: int = 64,
+        hidden_size: int = 128, num_layers: int | None = None, dropout: float | None = None, max_len: int = 64,
         embeddings: str | None = None,
         encoder_options: dict | None = None,
-        episodes: int = 1000,
-        lr: float = 1e-3,
-        n_support: int = 4,
-        n_query: int = 64,
-        max_classes: int = 50,
+        episodes: int = 1000, lr: float = 1e-3, n_support: int = 4, n_query: int = 64, max_classes: int = 50,
         hard_fraction: float = 0.0,
-        eval_every: int = 100,
-        patience: int = 10,
-        time_budget_s: float | None = None,
+        eval_every: int = 100, patience: int = 10, time_budget_s: float | None = None,
         extend_vocab: bool = True,
         debias: bool = True,
         head: str | None = "cosine",
         head_options: dict | None = None,
         batch_size: int = 256,
-        seed: int = 0,
-        device: str = "cpu",
-        progress: bool = False,
+        seed: int = 0, device: str = "cpu", progress: bool = False,
     ):
         self.encoder = encoder
         self.metric = metric
@@ -190,24 +186,28 @@ class DynamicClassifier:
         self.device = device
         self.progress = progress
 
-    # ------------------------------------------------------------------ parameters (scikit-learn conventions)
+    # ------------------------------------------------------------------ scikit-learn conventions
+    # get_params, clone, __repr__ and score's accuracy come from BaseEstimator and ClassifierMixin.
 
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False  # one text per sample, not a feature matrix
+        tags.input_tags.string = True
+        tags.non_deterministic = self.train not in (None, "none")  # episodic training draws episodes
+        return tags
 
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor parameters, as a dict (scikit-learn convention)."""
-        return {name: getattr(self, name) for name in self._param_names()}
+    def __sklearn_is_fitted__(self) -> bool:
+        return getattr(self, "space_", None) is not None
 
     @recorded
     def set_params(self, **params) -> Self:
         """Set constructor parameters; they apply at the next ``fit`` (``device``, ``batch_size``,
         ``extend_vocab``, ``debias``, ``head``, ``head_options`` and ``progress`` apply at once: a new
-        head or new head options retrain the head at the next prediction and drop the calibration)."""
+        head or new head options retrain the head at the next prediction and drop the calibration).
+        Unlike scikit-learn's own estimators, a bad value is refused here, not at the next ``fit``."""
         from dyntc.core.machine import check_device
 
-        valid = self._param_names()
+        valid = self._get_param_names()
         for name, value in params.items():
             if name not in valid:
                 raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
@@ -233,11 +233,6 @@ class DynamicClassifier:
                 setattr(self.space_, name, value)
         return self
 
-    def __repr__(self) -> str:
-        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if defaults.get(k) != v]
-        return f"{type(self).__name__}({', '.join(changed)})"
-
     # ------------------------------------------------------------------ fitted state
 
     def _check_fitted(self) -> None:
@@ -259,9 +254,15 @@ class DynamicClassifier:
         return self._labels
 
     @property
-    def classes_(self) -> list[str]:
-        """The current label set, sorted (the column order of :meth:`predict_proba`)."""
-        return self.labels_.classes
+    def classes_(self) -> np.ndarray:
+        """The current labels as a NumPy array, sorted as ``np.unique`` sorts them (the column order of
+        :meth:`decision_function` and :meth:`predict_proba`); the label objects ``fit`` was given."""
+        return self._targets.array(self.labels_.classes)
+
+    @property
+    def _targets(self) -> LabelCodec:
+        """Label objects <-> the label set's names (:mod:`~dyntc.classifier.targets`)."""
+        return self.__dict__.setdefault("_codec", LabelCodec())
 
     @property
     def n_classes_(self) -> int:
@@ -300,21 +301,27 @@ class DynamicClassifier:
 
     # ------------------------------------------------------------------ fit / fine-tune
 
-    def fit(self, texts: Sequence[str], labels: Sequence[str], dev: tuple[Sequence[str], Sequence[str]] | None = None
+    def fit(self, texts: Sequence[str], labels: Sequence[Any], dev: tuple[Sequence[str], Sequence[Any]] | None = None
             ) -> "DynamicClassifier":
         """Train the encoder episodically on (`texts`, `labels`) and build one prototype per label from
-        all of its training examples.
+        all of its training examples. `texts`: a list, 1-D array or Series of strings; `labels`: one
+        hashable label per text, all of one type (str, int, tuple, ...; :mod:`~dyntc.classifier.targets`).
 
         `dev` = ``(texts, labels)`` enables early stopping on dev accuracy (dev labels must be among
         the training labels). Labels with fewer than ``n_support + 1`` examples take no part in the
-        episodes but still get a prototype; at least two labels must have enough examples.
+        episodes but still get a prototype; at least two labels must have enough examples. Duplicate
+        texts, a text under two labels and labels with few examples are warned about
+        (:class:`~dyntc.errors.DyntcWarning`, :mod:`~dyntc.classifier.hygiene`).
         """
         from dyntc.core.encoders import create_encoder
         from dyntc.core.models import PrototypicalNetwork
 
         params = self.get_params()
         validate_params(params)
-        texts, labels = trainer.check_pairs(texts, labels)
+        codec = LabelCodec.of(flat_labels(labels))
+        texts, labels = trainer.check_pairs(*codec.encoded(texts, labels))
+        hygiene.check_training_set(texts, codec.labels(labels), stacklevel=2)
+        dev = codec.encoded_dev(dev)
         classes = sorted(set(labels))
         dev_pair = trainer.check_dev(dev, classes)
         training = training_mode(params)
@@ -328,7 +335,7 @@ class DynamicClassifier:
         if training != "none":
             self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
                                                          train_config(params, self.episodes, self.lr))
-        self._adopt(model, texts, labels, items)
+        self._adopt(model, texts, labels, items, codec)
         return self
 
     @classmethod
@@ -349,17 +356,19 @@ class DynamicClassifier:
         config = network.encoder.config()
         params.setdefault("encoder", encoder_name(config))
         for name in ("hidden_size", "num_layers", "dropout", "max_len", "embeddings"):
-            if name in config and name in cls._param_names():
+            if name in config and name in cls._get_param_names():
                 params.setdefault(name, config[name])
         clf = cls(**params)
         validate_params(clf.get_params())
-        texts, labels = trainer.check_pairs(texts, labels)
+        codec = LabelCodec.of(flat_labels(labels))
+        texts, labels = trainer.check_pairs(*codec.encoded(texts, labels))
         clf.train_result_ = None
-        clf._adopt(network, texts, labels)
+        clf._adopt(network, texts, labels, None, codec)
         return clf
 
-    def _adopt(self, model, texts: Sequence[str], labels: Sequence[str], items: list | None = None) -> None:
-        """Make `model` this classifier's network and (`texts`, `labels`) its label set."""
+    def _adopt(self, model, texts: Sequence[str], labels: Sequence[str], items: list | None, codec: LabelCodec) -> None:
+        """Make `model` this classifier's network and (`texts`, label names `labels`) its label set."""
+        self._codec = codec
         self.space_ = MetricSpace(model, **space_options(self.get_params()))
         self._labels = LabelSet.embedded(self.space_, texts, labels, items, debias=self.debias)
         self.calibration_ = None
@@ -391,8 +400,9 @@ class DynamicClassifier:
         if not any(p.requires_grad for p in self.space_.model.parameters()):
             raise DyntcError(f"this classifier has nothing to train (train={training_mode(params)!r}: a frozen "
                              "backbone without head); fit one with train='backbone' or train='head' to fine-tune")
-        texts, labels = trainer.check_fine_tune(texts, labels, self.classes_, episodes, lr)
-        dev_pair = trainer.check_dev(dev, self.classes_)  # before anything changes
+        names = self._labels.classes
+        texts, labels = trainer.check_fine_tune(*self._targets.encoded(texts, labels, optional=True), names, episodes, lr)
+        dev_pair = trainer.check_dev(self._targets.encoded_dev(dev), names)  # before anything changes
         config = train_config(params, episodes, self.lr if lr is None else lr)
         self.fine_tune_result_, self._labels = trainer.fine_tune(self._labels, texts, labels, dev_pair, config,
                                                                  add_to_support=add_to_support)
@@ -405,62 +415,118 @@ class DynamicClassifier:
     # Each changes the label set at once and returns the new ``classes_``; the cosine head scores a
     # touched label by its prototype until the background refresh retrains it.
 
-    def support(self, name: str) -> list[str]:
+    def support(self, name: Any) -> list[str]:
         """The support texts of label `name` (a copy)."""
-        return list(self.labels_.support(name).texts)
+        return list(self.labels_.support(self._targets.name(name, "name")).texts)
 
-    def support_counts(self) -> dict[str, int]:
+    def support_counts(self) -> dict[Any, int]:
         """Number of support examples of every label, in ``classes_`` order."""
-        return self.labels_.counts()
+        counts = self.labels_.counts()
+        return {label: counts[self._targets.name(label)] for label in self.classes_.tolist()}
 
-    def _labels_changed(self) -> list[str]:
+    def _labels_changed(self) -> list:
         live = self._live_head()
         if live is not None:
             live.labels_changed(self._labels)
-        return self.classes_
+        return self.classes_.tolist()
 
     @recorded
-    def add_label(self, name: str, examples: Sequence[str]) -> list[str]:
-        """Add label `name` defined by its `examples` (at least one). Returns the new label set."""
-        self.labels_.add_label(name, examples)
+    def add_label(self, name: Any, examples: Sequence[str]) -> list:
+        """Add label `name` defined by its `examples` (at least one). Returns the new label set. Duplicate
+        examples, examples stored under another label and a label of few examples are warned about."""
+        key = self._targets.name(name, "name")
+        self.labels_.require_new(key)
+        examples = check_examples(as_texts(examples))
+        hygiene.check_new_examples(self._labels, name, examples, new_label=True, stacklevel=3)
+        self._labels.add_label(key, examples)
         return self._labels_changed()
 
     @recorded
-    def add_examples(self, name: str, examples: Sequence[str]) -> list[str]:
-        """Add support `examples` to the existing label `name`; its prototype moves at once."""
-        self.labels_.add_examples(name, examples)
+    def add_examples(self, name: Any, examples: Sequence[str]) -> list:
+        """Add support `examples` to the existing label `name`; its prototype moves at once (warned
+        about as in :meth:`add_label`)."""
+        key = self._targets.name(name, "name")
+        examples = check_examples(as_texts(examples))
+        self.labels_.require(key)
+        hygiene.check_new_examples(self._labels, key, examples, new_label=False, stacklevel=3)
+        self._labels.add_examples(key, examples)
         return self._labels_changed()
 
     @recorded
-    def remove_label(self, name: str) -> list[str]:
+    def remove_examples(self, name: Any, examples: Sequence[str]) -> list:
+        """Remove `examples` (every occurrence of each) from label `name`; at least one must remain.
+        The other examples keep their stored points: nothing is re-encoded."""
+        self.labels_.remove_examples(self._targets.name(name, "name"), examples)
+        return self._labels_changed()
+
+    @recorded
+    def remove_label(self, name: Any) -> list:
         """Remove label `name` (it can no longer be predicted). At least one label must remain."""
-        self.labels_.remove_label(name)
+        self.labels_.remove_label(self._targets.name(name, "name"))
         return self._labels_changed()
 
     @recorded
-    def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> list[str]:
+    def split_label(self, name: Any, parts: Mapping[Any, Sequence[str]], *, reassign: bool = False) -> list:
         """Replace label `name` by the new labels of `parts` (``{new_name: examples}``, at least two).
 
         Rule: the given examples define the new labels; the old label and its prototype disappear.
         A new name may reuse `name` itself but no other existing label. With ``reassign=True`` every
         stored support example of the old label also joins the new label whose prototype (from the
-        given examples) is nearest to it; its stored point is reused, nothing is re-encoded.
+        given examples) is nearest to it; its stored point is reused, nothing is re-encoded. Without
+        it, the stored examples not among the given ones are dropped, with a
+        :class:`~dyntc.errors.DyntcWarning` saying how many.
         """
-        self.labels_.split_label(name, parts, reassign=reassign)
+        key, parts = self._targets.name(name, "name"), self._targets.keyed(parts, "new label name")
+        old = self.labels_.support(key).texts
+        self._labels.split_label(key, parts, reassign=reassign)
+        if not reassign:
+            hygiene.warn_dropped(name, old, parts, stacklevel=3)
         return self._labels_changed()
 
     @recorded
-    def merge_labels(self, names: Sequence[str], into: str) -> list[str]:
+    def merge_labels(self, names: Sequence[Any], into: Any) -> list:
         """Merge the labels `names` (at least two) into one label `into` whose support set is their
         union. `into` may be one of `names` or a new name (not another existing label)."""
-        self.labels_.merge_labels(names, into)
+        self.labels_.merge_labels(self._targets.names(names, "names", lenient=True), self._targets.name(into, "into"))
         return self._labels_changed()
 
     @recorded
-    def rename_label(self, old: str, new: str) -> list[str]:
+    def rename_label(self, old: Any, new: Any) -> list:
         """Rename label `old` to `new` (a name not in use); its examples and prototype are kept."""
-        self.labels_.rename_label(old, new)
+        self.labels_.rename_label(self._targets.name(old, "old"), self._targets.name(new, "new"))
         return self._labels_changed()
+
+    # ------------------------------------------------------------------ discovery (classifier/discovery.py, suggestions.py)
+
+    def discover(self, texts: Sequence[str], n_new: int | None = None, **options) -> "Discovery":
+        """Group `texts` (distinct, unlabelled) into the existing labels and `n_new` proposed new
+        clusters (None: estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode``
+        (``"default"`` or ``"fast"``), ``seed``. Changes nothing: :meth:`accept` adds clusters."""
+        from dyntc.classifier import discovery
+
+        self._check_fitted()
+        texts = discovery.check_texts(texts, 0)  # empty and repeated texts refused before embedding
+        return discovery.discover(self._labels, texts, self.space_.embed(texts), n_new,
+                                  **{"seed": self.seed, **options})
+
+    @recorded
+    def accept(self, discovery: "Discovery", clusters=None, *, add_examples: bool = False) -> list[str]:
+        """Add the chosen clusters of `discovery` (None = all; names or 0-based positions) as labels, in
+        one label-set change (one version when saved or committed). A discovery made before the label
+        set changed is refused. With `add_examples` the texts it assigned to existing labels join them."""
+        from dyntc.classifier import discovery as found
+
+        self._check_fitted()
+        found.accept(self._labels, discovery, clusters, add_examples=add_examples)
+        return self._labels_changed()
+
+    def suggest(self, **options) -> list["Suggestion"]:
+        """Merge and split suggestions for the current label set, strongest first, each with its
+        evidence (:mod:`~dyntc.classifier.suggestions`; `options` are :func:`~dyntc.classifier.suggestions.suggest`'s)."""
+        from dyntc.classifier import suggestions
+
+        self._check_fitted()
+        return suggestions.suggest(self._labels, **options)
 
     # ------------------------------------------------------------------ the cosine head
 
@@ -481,9 +547,11 @@ class DynamicClassifier:
         return live
 
     def refresh(self, wait: bool = True) -> dict | None:
-        """Retrain the cosine head on every stored example now. ``wait=True``: synchronously (after a
-        background refresh in progress, if any), returning what it did (``seconds``, ``examples``,
-        ``imprinted``: labels changed meanwhile); ``wait=False``: start the background refresh at once
+        """Retrain the cosine head on every stored example now. ``wait=True``: synchronously, returning
+        what it did (``seconds``, ``examples``, ``imprinted``: labels changed meanwhile by another
+        thread); a background refresh scheduled by earlier label operations is dropped (this one covers
+        them) and a running one awaited, so ``head_status()["refreshing"]`` is False afterwards unless
+        another thread changed labels meanwhile. ``wait=False``: start the background refresh at once
         and return None. Label operations schedule it by themselves; this is for tests and batch jobs."""
         self._check_fitted()
         if not isinstance(wait, bool):
@@ -494,6 +562,7 @@ class DynamicClassifier:
         if not wait:
             live.refresher.schedule(self._labels, delay=0.0)
             return None
+        live.refresher.close()  # drop the scheduled refresh, wait for a running one
         return live.refresh(self._labels, force=True)
 
     def adopt_head(self, other: "DynamicClassifier") -> list[str]:
@@ -524,18 +593,19 @@ class DynamicClassifier:
     # ------------------------------------------------------------------ prediction
 
     def _scores(self, texts: Sequence[str]) -> torch.Tensor:
-        """Scores of `texts` for every label, ``(n, n_classes)`` float64 (higher = better)."""
+        """Scores of `texts` for every label, ``(n, n_classes)`` float64 (higher = better), ``classes_`` order."""
         self._check_fitted()
-        texts = check_examples(texts, "texts", allow_empty=True)
+        texts = check_examples(as_texts(texts), "texts", allow_empty=True)
         labels = self._labels
         if not texts:
             return torch.zeros(0, len(labels), dtype=torch.float64)
         points = self.space_.embed(texts)
         live = self._live_head()
-        return -labels.sq_distances(points).double() if live is None else live.scores(labels, points)
+        scores = -labels.sq_distances(points).double() if live is None else live.scores(labels, points)
+        return self._targets.public(scores, labels.classes)  # label-set name order -> classes_ order
 
     def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
-        """The squared distances that :meth:`decision_function`'s scores stand for, ``(n, n_classes)``:
+        """The squared distances that :meth:`label_scores` stand for, ``(n, n_classes)``:
         ``-s`` with ``head=None`` (``d²`` to the nearest part's prototype, support-size corrected); with
         the cosine head ``2 − 2 s / scale``, the squared distance on the unit sphere between the text's
         direction and the label's weight (plus twice the offset of an imprinted label). The nearest
@@ -546,78 +616,79 @@ class DynamicClassifier:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Points of `texts` in the metric space: ``(n, d)`` Euclidean, ``(n, d + 1)`` on the hyperboloid."""
         self._check_fitted()
-        return self.space_.embed(check_examples(texts, "texts", allow_empty=True)).numpy()
+        return self.space_.embed(check_examples(as_texts(texts), "texts", allow_empty=True)).numpy()
 
-    def predict(self, texts: Sequence[str], *, reject: bool = False) -> list[str | None]:
-        """The best-scored label for every text (the nearest prototype with ``head=None``). With
-        ``reject=True`` (after :meth:`calibrate`) a text farther than the calibrated threshold from
-        every label (with the head: whose top score is below the matching score) is out of scope and
-        gets ``None``."""
+    def predict(self, texts: Sequence[str], *, reject: bool = False) -> np.ndarray:
+        """The best-scored label for every text (the nearest prototype with ``head=None``), as a NumPy
+        array of ``classes_``' labels. With ``reject=True`` (after :meth:`calibrate`) a text farther than
+        the calibrated threshold from every label (with the head: whose top score is below the matching
+        score) is out of scope and gets ``None`` (the array is then of dtype object)."""
         threshold = self.require_calibration("predict(reject=True)").threshold if reject else None
-        return [r["label"] for r in self._records(self._scores(texts), 1, False, threshold)]
+        return answers.best(self.classes_, self.squared_distances(self._scores(texts)), threshold)
 
-    def decision_function(self, texts: Sequence[str]) -> np.ndarray:
+    def label_scores(self, texts: Sequence[str]) -> np.ndarray:
         """Every label's score, ``(n, n_classes)`` (higher = better); columns in ``classes_`` order: the
         cosine head's ``scale · (cos − offset)``, or ``-d²`` to every prototype with ``head=None``.
-        :meth:`predict`, :meth:`predict_proba`, :meth:`top_k` and :meth:`prediction_records` all derive
-        from it, so a caller needing several of them embeds the texts once with this."""
+        :meth:`predict`, :meth:`predict_proba`, :meth:`top_k`, :meth:`rank` and :meth:`prediction_records`
+        all derive from it, so a caller needing several of them embeds the texts once with this."""
         return self._scores(texts).numpy()
 
+    def decision_function(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`label_scores` as scikit-learn shapes it: ``(n, n_classes)``, except with two labels
+        ``(n,)``, the second label's score minus the first's (> 0: ``classes_[1]``)."""
+        scores = self.label_scores(texts)
+        return scores[:, 1] - scores[:, 0] if scores.shape[1] == 2 else scores
+
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
-        """``softmax(scores / T)``, ``(n, n_classes)``; columns in ``classes_`` order. Until :meth:`calibrate`
-        fits T it is ``prior_temperature_`` (1 with the head; ``1/s`` for the model's logit scale s
-        with ``head=None``)."""
+        """``softmax(scores / T)`` over :meth:`label_scores`, ``(n, n_classes)``; columns in
+        ``classes_`` order. Until :meth:`calibrate` fits T it is ``prior_temperature_`` (1 with the head,
+        whose scores are logits already; ``1/s`` for the model's logit scale s with ``head=None``)."""
         return self.proba_from_scores(self._scores(texts))
 
     def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
-        """:meth:`predict_proba` from scores already computed (:meth:`decision_function`)."""
-        return torch.softmax(torch.as_tensor(scores).double() / self.temperature_, dim=1).numpy()
+        """:meth:`predict_proba` from scores already computed (:meth:`label_scores`, or the
+        :meth:`decision_function` of a two-label classifier)."""
+        return torch.softmax(answers.as_matrix(scores) / self.temperature_, dim=1).numpy()
 
-    def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[str, float]]]:
+    def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[Any, float]]]:
         """For every text, the `k` best labels as ``(label, distance)``, nearest (best-scored) first;
         the distance is the square root of :meth:`squared_distances`."""
-        if not (is_int(k) and k >= 1):
-            raise DyntcError(f"k must be an integer >= 1, got {k!r}")
-        return self.nearest_labels(self.squared_distances(self._scores(texts)), k)
+        return self.nearest_labels(self.squared_distances(self._scores(texts)), answers.check_k(k))
 
-    def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[str, float]]]:
-        """From squared distances ``(n, n_classes)`` (``squared_distances(decision_function(texts))``), the
+    def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[Any, float]]]:
+        """From squared distances ``(n, n_classes)`` (``squared_distances(label_scores(texts))``), the
         `k` nearest labels of every row as ``(label, distance)``, nearest first."""
-        d2 = torch.as_tensor(sq_distances)
-        values, index = d2.topk(min(k, d2.shape[1]), dim=1, largest=False)
-        classes = self.classes_
-        return [[(classes[j], v) for j, v in zip(row_i, row_v)]
-                for row_i, row_v in zip(index.tolist(), values.clamp_min(0).sqrt().tolist())]
+        return answers.nearest(self.classes_.tolist(), sq_distances, k)
 
-    def _records(self, scores: torch.Tensor, top_k: int, proba: bool, threshold: float | None) -> list[dict]:
-        ranked = self.nearest_labels(self.squared_distances(scores), top_k)
-        probs = self.proba_from_scores(scores).max(1).tolist() if proba else None
-        records = []
-        for i, row in enumerate(ranked):
-            record: dict = {"label": None if threshold is not None and row[0][1] > threshold else row[0][0]}
-            if probs is not None:
-                record["probability"] = round(probs[i], 6)
-            if top_k > 1:
-                record["top_k"] = [{"label": label, "distance": round(d, 6)} for label, d in row]
-            records.append(record)
-        return records
+    def rank(self, texts: Sequence[str], k: int | None = answers.RANKING_LENGTH) -> list[list[tuple[Any, float]]]:
+        """For every text, its `k` most probable labels (all with ``k=None``) as ``(label, confidence)``,
+        most probable first: :meth:`predict_proba`'s row, like Rasa's ``intent_ranking``. Confidences
+        are calibrated once :meth:`calibrate` has fitted the temperature."""
+        k = self.n_classes_ if k is None else answers.check_k(k)
+        return answers.ranking(self.classes_.tolist(), self.predict_proba(texts), k)
 
     def prediction_records(self, scores: np.ndarray, *, top_k: int = 1, proba: bool = False,
-                           reject: bool = False) -> list[dict]:
-        """One JSON-able answer per row of `scores` (from :meth:`decision_function`): ``label`` (None
+                           reject: bool = False, ranking: int = 0) -> list[dict]:
+        """One JSON-able answer per row of `scores` (from :meth:`label_scores`): ``label`` (None
         with `reject` when the nearest label is farther than the calibrated threshold, as in
         :meth:`predict`), with `proba` its ``probability``, with `top_k` > 1 the ``top_k`` nearest
-        labels and their distances (:meth:`top_k`'s; numbers rounded to 6 digits). ``dyntc predict``
-        and ``dyntc serve`` answer with these records."""
-        if not (is_int(top_k) and top_k >= 1):
-            raise DyntcError(f"top_k must be an integer >= 1, got {top_k!r}")
+        labels and their distances (:meth:`top_k`'s), with `ranking` > 0 the ``ranking`` of that many
+        labels by probability (``[{"label", "confidence"}]``, :meth:`rank`'s); numbers rounded to 6
+        digits. ``dyntc predict`` and ``dyntc serve`` answer with these records."""
+        answers.check_record_args(scores, top_k, ranking)
         threshold = self.require_calibration("reject").threshold if reject else None
-        return self._records(torch.as_tensor(scores).double(), top_k, proba, threshold)
+        scores = torch.as_tensor(scores).double()
+        probs = self.proba_from_scores(scores) if proba or ranking else None
+        classes = [json_label(y) for y in self.classes_]
+        return answers.records(classes, self.squared_distances(scores), probs, top_k=top_k, threshold=threshold,
+                               probability=proba, ranking_length=ranking)
 
-    def score(self, texts: Sequence[str], labels: Sequence[str]) -> float:
-        """Accuracy of :meth:`predict` on (`texts`, `labels`)."""
-        texts, labels = trainer.check_pairs(texts, labels)
-        return float(np.mean([p == y for p, y in zip(self.predict(texts), labels)]))
+    def score(self, texts: Sequence[str], labels: Sequence[Any], sample_weight: Sequence[float] | None = None) -> float:
+        """Accuracy of :meth:`predict` on (`texts`, `labels`), weighted by `sample_weight` if given."""
+        labels = flat_labels(labels)
+        texts, _ = trainer.check_pairs(*self._targets.encoded(texts, labels))
+        hits = [p == y for p, y in zip(self.predict(texts).tolist(), labels)]
+        return float(np.average(hits, weights=sample_weight))
 
     # ------------------------------------------------------------------ calibration
     # The temperature of predict_proba and the out-of-scope threshold of predict(reject=True)
@@ -646,15 +717,7 @@ class DynamicClassifier:
     def require_calibration(self, what: str) -> Calibration:
         """The calibration, or a clear error naming `what` needed it."""
         self._check_fitted()
-        cal = self._calibration()
-        if cal is None and self.calibration_ is not None:
-            raise CalibrationRequiredError(f"{what}: the calibration was fitted on the {self.calibration_.scorer!r} scorer's "
-                             f"scores and this classifier scores with {self._scorer()!r} (head={self.head!r}): "
-                             "call calibrate(texts, labels) again, or set the head it was fitted with")
-        if cal is None:
-            raise CalibrationRequiredError(f"{what} needs a calibrated classifier: call calibrate(texts, labels) with held-out "
-                             "labelled texts first (fine_tune resets the calibration)")
-        return cal
+        return require_calibration(self.calibration_, self._scorer(), self.head, what)
 
     @recorded
     def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
@@ -670,13 +733,13 @@ class DynamicClassifier:
         self._check_fitted()
         max_drop = check_max_drop(max_accuracy_drop)
         fixed = None if threshold is None else check_threshold(threshold)
-        texts, labels = trainer.check_pairs(texts, labels)
-        index = {c: i for i, c in enumerate(self.classes_)}
+        texts, labels = trainer.check_pairs(*self._targets.encoded(texts, labels))
+        index = {self._targets.name(c): i for i, c in enumerate(self.classes_)}
         unknown = sorted(set(labels) - index.keys())
         if unknown:
             raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
                              "or leave those texts out (out-of-scope texts go in oos_texts)")
-        oos = [] if oos_texts is None else check_examples(oos_texts, "oos_texts", allow_empty=True)
+        oos = [] if oos_texts is None else check_examples(as_texts(oos_texts), "oos_texts", allow_empty=True)
         scores = self._scores(texts)
         oos_d2 = self.squared_distances(self._scores(oos)) if oos else None
         self.calibration_ = fit_calibration(self.squared_distances(scores), torch.tensor([index[label] for label in labels]),
@@ -705,7 +768,7 @@ class DynamicClassifier:
             store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
         with store.transaction() as txn:
             version = saving.write_version(txn, self.space_, self._labels, self.get_params(), self.calibration_,
-                                           self._source, "save", check_base=True)
+                                           self._source, "save", check_base=True, label_type=self._targets.document())
             store_id = txn.store_id
         self._committed(store_id, version)
         return store.location
@@ -731,8 +794,9 @@ class DynamicClassifier:
 
     @classmethod
     def _from_snapshot(cls, snap) -> Self:
-        clf = cls(**saving.stored_params(snap, cls._param_names()))
+        clf = cls(**saving.stored_params(snap, cls._get_param_names()))
         clf.space_, clf._labels, clf.calibration_ = saving.read_version(snap, clf.get_params())
+        clf._codec = LabelCodec.from_document(snap.document.get("label_type"))
         clf._source = (snap.store_id, snap.version)
         return clf
 
@@ -747,6 +811,7 @@ class DynamicClassifier:
             setattr(self, name, value)
         self.space_, self._labels, self.calibration_, self._source = (other.space_, other._labels,
                                                                       other.calibration_, other._source)
+        self._codec = other._targets
         if hasattr(other, "fine_tune_result_"):
             self.fine_tune_result_ = other.fine_tune_result_
 
@@ -803,5 +868,5 @@ class DynamicClassifier:
     def describe(self) -> dict:
         """A JSON-able summary: parameters, labels and their support counts."""
         self._check_fitted()
-        return {"params": self.get_params(), "n_classes": self.n_classes_, "support_counts": self.support_counts(),
+        return {"params": self.get_params(), "n_classes": self.n_classes_, "support_counts": self._labels.counts(),
                 "version": self.version_, "head": self.head_status()}

@@ -296,6 +296,24 @@ class LabelSet:
         self._refresh([name])
         self.log.append({"op": "add_examples", "label": name, "examples": len(examples)})
 
+    def remove_examples(self, name: str, examples: Sequence[str]) -> None:
+        """Remove every occurrence of each of `examples` from label `name`'s support (stored points of the
+        others kept, nothing re-encoded); at least one example must remain."""
+        self.require(name)
+        examples = set(check_examples(examples))
+        old = self._support[name]
+        missing = sorted(examples - set(old.texts))
+        if missing:
+            raise DyntcError(f"{missing[0][:60]!r} is not an example of label {name!r}"
+                             + (f" (nor {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        keep = [i for i, t in enumerate(old.texts) if t not in examples]
+        if not keep:
+            raise DyntcError(f"removing these examples would leave label {name!r} with none: remove the label instead")
+        parts = [old.stored_parts()[i] for i in keep] if old.parts else None
+        self._set(name, Support.of([old.texts[i] for i in keep], old.points[keep], parts))
+        self._refresh([name])
+        self.log.append({"op": "remove_examples", "label": name, "examples": len(old.texts) - len(keep)})
+
     def remove_label(self, name: str) -> None:
         self.require(name)
         if len(self) == 1:
@@ -306,8 +324,8 @@ class LabelSet:
 
     def split_label(self, name: str, parts: Mapping[str, Sequence[str]], *, reassign: bool = False) -> None:
         """Replace `name` by the labels of `parts` (``{new: examples}``, at least two). With `reassign`
-        each old support example also joins the new label whose prototype is nearest (stored points
-        reused, nothing re-encoded)."""
+        each old support example not given again in `parts` also joins the new label whose prototype
+        is nearest (stored points reused, nothing re-encoded)."""
         self.require(name)
         if not isinstance(parts, Mapping):
             raise DyntcError("parts must be a dict {new_label: [example texts, ...]}")
@@ -325,8 +343,10 @@ class LabelSet:
             names = list(new_sets)
             protos = self.space.means([new_sets[n].points for n in names])
             nearest = self.space.sq_distances(old.points, protos).argmin(1)
+            given = {t for s in new_sets.values() for t in s.texts}  # an old example given again is not doubled
+            keep = torch.tensor([t not in given for t in old.texts], dtype=torch.bool)
             for j, new in enumerate(names):
-                idx = torch.nonzero(nearest == j).flatten()
+                idx = torch.nonzero((nearest == j) & keep).flatten()
                 if len(idx):
                     s = new_sets[new]
                     new_sets[new] = Support(s.texts + tuple(old.texts[i] for i in idx.tolist()),

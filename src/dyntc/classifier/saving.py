@@ -28,11 +28,13 @@ CLASSIFIER_FORMAT = 2
 
 
 def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params: dict, calibration: Calibration | None,
-                  source: tuple[str, int] | None, op: str, *, check_base: bool = False) -> int:
+                  source: tuple[str, int] | None, op: str, *, check_base: bool = False,
+                  label_type: dict | None = None) -> int:
     """Write a classifier's state (its metric space, label set, parameters and calibration) through
     `txn` as a new version; returns its id. `source`: the ``(store id, version)`` the state was read
     from or last committed as; at the head of this very store only the labels changed since are
-    written. `check_base`: refuse if the store moved past `source` (the commit would undo that)."""
+    written. `check_base`: refuse if the store moved past `source` (the commit would undo that).
+    `label_type`: the classifier's label codec (:mod:`~dyntc.classifier.targets`; None = strings)."""
     same_store = source is not None and source[0] == txn.store_id
     if same_store and check_base and txn.head != source[1]:
         raise DyntcError(
@@ -45,7 +47,8 @@ def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params
         space.weights_changed()
         data, key = space.weights()
     document = {**space.document(), "format": CLASSIFIER_FORMAT, "params": params,
-                "calibration": None if calibration is None else calibration.to_dict()}
+                "calibration": None if calibration is None else calibration.to_dict(),
+                "label_type": label_type or {"kind": "str", "dtype": None}}
     names = labels.changed if incremental else labels.classes
     changes = {n: ((s.texts, s.points, s.stored_parts()) if n in labels else None)
                for n in names for s in [labels._support.get(n)]}
@@ -87,7 +90,8 @@ def commit_edit(store: ModelStore, clf: Any, log: list, op: str) -> tuple[str, i
             newest = type(clf)._from_snapshot(txn.read())
             replay.replay(newest, log)
             clf._become(newest)
-        version = write_version(txn, clf.space_, clf._labels, clf.get_params(), clf.calibration_, clf._source, op)
+        version = write_version(txn, clf.space_, clf._labels, clf.get_params(), clf.calibration_, clf._source, op,
+                                label_type=clf._targets.document())
         store_id = txn.store_id
     return store_id, version
 

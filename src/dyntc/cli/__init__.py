@@ -50,6 +50,15 @@ def _register() -> None:
     app.command("predict")(classifier.predict)
     app.command("evaluate")(classifier.evaluate)
     app.add_typer(labels.labels_app, name="labels")
+    from dyntc.cli import labels_io
+
+    labels_io.register(labels.labels_app)
+
+    from dyntc.cli import discovery
+
+    app.command("discover")(discovery.discover)
+    app.command("suggest")(discovery.suggest)
+
     app.command("serve")(serve.serve)
 
 

@@ -192,7 +192,7 @@ def predict(
     if reject:
         clf.require_calibration("--reject")
     with showing_progress(progress):
-        scores = clf.decision_function(texts)  # one embedding pass for all outputs
+        scores = clf.label_scores(texts)  # one embedding pass for all outputs
     out = sys.stdout
     for text, record in zip(texts, clf.prediction_records(scores, top_k=top_k, proba=proba, reject=reject)):
         out.write(json.dumps({"text": text, **record}, ensure_ascii=False) + "\n")

@@ -140,3 +140,13 @@ def test_kill_during_writes_loses_nothing_acknowledged(fitted, tmp_path):
     assert srv.call("POST", "/labels", {"name": "after_cli", "examples": ["x"]})[0] == 201
     assert {"from_cli", "after_cli"} <= set(DynamicClassifier.load(srv.model).classes_)
     srv.stop()
+
+
+def test_predict_returns_a_confidence_ranking(server):
+    status, body = server.call("POST", "/predict", {"texts": ["wake me up at six"], "ranking": 3})
+    ranking = body["results"][0]["ranking"]
+    assert status == 200 and len(ranking) == 3 and ranking[0]["label"] == body["results"][0]["label"]
+    confidences = [r["confidence"] for r in ranking]
+    assert confidences == sorted(confidences, reverse=True) and 0 < sum(confidences) <= 1.000001
+    assert "ranking" not in server.call("POST", "/predict", {"texts": ["wake me up at six"]})[1]["results"][0]
+    assert server.call("POST", "/predict", {"texts": ["hi"], "ranking": -1})[0] == 422

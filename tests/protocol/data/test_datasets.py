@@ -164,7 +164,7 @@ def test_official_splits_ignore_seed():
 def test_names_and_aliases():
     assert resolve_name("NEWS") == "news" and resolve_name("20newsgroups") == "news"
     assert resolve_name("CLINC") == "clinc150" and resolve_name("Twitter") == "sent"
-    assert set(DATASETS) == {"news", "sent", "wos", "clinc150", "hwu64"}
+    assert set(DATASETS) == {"news", "sent", "wos", "clinc150", "hwu64", "stackoverflow", "mcid"}
     with pytest.raises(DyntcError) as err:
         load("imdb", DATA)
     for name in DATASETS:

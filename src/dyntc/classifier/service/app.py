@@ -31,7 +31,9 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dyntc.classifier import DynamicClassifier
-from dyntc.classifier.service.access import Access
+from dyntc.classifier.service import console
+from dyntc.classifier.service.access import Access, _bearer, _same_token
+from dyntc.classifier.service.inbox import CapturePolicy
 from dyntc.classifier.service.limits import HTTPError, Limits, RequestGuard, check_batch, check_write
 from dyntc.classifier.service.service import Service
 from dyntc.classifier.store import StoreFullError, StoreUnavailableError
@@ -58,7 +60,10 @@ def status_of(exc: DyntcError) -> int:
 class PredictRequest(BaseModel):
     texts: list[StrictStr] = Field(description="Texts to classify (at most the service's max batch)")
     top_k: StrictInt = Field(1, ge=1, le=1_000, description="Also return the k nearest labels with their distances")
-    proba: StrictBool = Field(False, description="Add the probability of the predicted label (softmax of -d²/T)")
+    proba: StrictBool = Field(False, description="Add the probability of the predicted label (softmax of the "
+                                                 "model's scores / T: the cosine head's by default; T from calibrate)")
+    ranking: StrictInt = Field(0, ge=0, le=1_000, description="Also return the k most probable labels with their "
+                                                              "confidences (like Rasa's intent_ranking); 0 = none")
     reject: StrictBool = Field(False, description="Label out-of-scope texts null (needs a calibrated model)")
 
 
@@ -126,10 +131,13 @@ def predict(req: PredictRequest, service: Service = Depends(service_of)) -> dict
         clf.require_calibration("reject=true")
     with service.workers.take(chars):
         # in chunks: between two, the interpreter lock is free for a short request's Python work
-        scores = np.concatenate([clf.decision_function(req.texts[i: i + EMBED_CHUNK])
+        scores = np.concatenate([clf.label_scores(req.texts[i: i + EMBED_CHUNK])
                                  for i in range(0, len(req.texts), EMBED_CHUNK)])
-    return {"version": clf.version_, "labels": clf.classes_,
-            "results": clf.prediction_records(scores, top_k=req.top_k, proba=req.proba, reject=req.reject)}
+    if service.inbox is not None:  # dyntc serve --capture: the texts it could not place, for the console
+        service.inbox.observe(clf, req.texts, scores)
+    return {"version": clf.version_, "labels": clf.classes_.tolist(),
+            "results": clf.prediction_records(scores, top_k=req.top_k, proba=req.proba, reject=req.reject,
+                                              ranking=req.ranking)}
 
 
 @reads.get("/labels")
@@ -216,15 +224,22 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 def create_app(model_dir: str | Path, *, limits: Limits = Limits(), access: Access = Access(),
-               routers: Iterable[APIRouter] = ()) -> RequestGuard:
+               routers: Iterable[APIRouter] = (), capture: CapturePolicy = CapturePolicy()) -> RequestGuard:
     """The application serving the classifier saved at `model_dir` (a directory or a
-    ``postgresql://`` URL): FastAPI with the :data:`ROUTERS` and any further `routers`, wrapped in
+    ``postgresql://`` URL): FastAPI with the :data:`ROUTERS` and any further `routers`, and the
+    console (:mod:`~dyntc.classifier.service.console`) with its inbox (`capture`), wrapped in
     its :class:`~dyntc.classifier.service.limits.RequestGuard`. ``.app.state.service`` is the
     :class:`~dyntc.classifier.service.service.Service`."""
     service = Service(model_dir, limits=limits, access=access)
-    app = FastAPI(title="dyntc", description="A text classifier whose label set changes live.")
+    service.inbox = console.open_inbox(service, capture)
+    # /docs is served by the console from local files, not from a CDN
+    app = FastAPI(title="dyntc", description="A text classifier whose label set changes live.",
+                  docs_url=None, redoc_url=None)
     app.state.service = service
     _install_error_handlers(app)
     for router in (*ROUTERS, *routers):
         app.include_router(router)
+    console.install(app, service, service.inbox, console.Hooks(
+        reader, writer, labels_body, check_write,
+        lambda request, token: token is not None and _same_token(_bearer(request), token)))
     return RequestGuard(app, limits, access.host_refusal)

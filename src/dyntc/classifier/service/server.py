@@ -10,12 +10,14 @@ from pathlib import Path
 
 from dyntc.classifier.service.access import Access, is_loopback, read_token
 from dyntc.classifier.service.app import create_app
+from dyntc.classifier.service.inbox import CapturePolicy
 from dyntc.classifier.service.limits import Limits, guarded_h11
 from dyntc.errors import DyntcError
 
 
 def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None = None, read_token_file: Path | None = None,
-        insecure: bool = False, limits: Limits = Limits(), access_log: bool = False) -> None:
+        insecure: bool = False, limits: Limits = Limits(), capture: CapturePolicy = CapturePolicy(),
+        access_log: bool = False) -> None:
     """Serve until interrupted (the ``dyntc serve`` command): prints ``listening on http://HOST:PORT``
     on stderr once the socket is bound; with `access_log`, one line per request."""
     import torch
@@ -24,6 +26,8 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
     write_token = None if token_file is None else read_token(token_file)
     reads = None if read_token_file is None else read_token(read_token_file, "read token file")
     loopback = is_loopback(host)
+    if capture.capture and write_token is None:
+        raise DyntcError("--capture needs --token-file: captured texts are readable only with the token")
     if not loopback and write_token is None:
         if not insecure:
             raise DyntcError(f"--host {host} is reachable from other machines, and without --token-file anyone there "
@@ -31,7 +35,7 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
         warnings.warn(f"dyntc serve: listening on {host} with no token (--insecure): anyone who can reach it can "
                       "change or roll back the model", stacklevel=2)
     torch.set_num_threads(1)  # one thread per embedding worker (EmbeddingWorkers): no oversubscription
-    app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback))
+    app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback), capture=capture)
     _allow_open_files(limits.max_connections + 256)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=guarded_h11(limits),
                             timeout_keep_alive=5, backlog=max(2048, limits.max_connections), access_log=access_log,

@@ -10,6 +10,10 @@
   including) ``removed`` (NULL while current).
 - ``members(id, label, content, part, pos, added, removed)``: a content being a support example of a
   label (in its merged-label ``part``) from ``added`` up to ``removed``; ``pos`` orders a label's examples.
+- ``captures(hash, text, reason, label, margin, seen, first_seen, last_seen)``: the texts a service
+  could not place (``dyntc serve --capture``; :mod:`~dyntc.classifier.store.captures`), one row per
+  distinct text. Not part of any version: restore, prune and copy leave it alone. Stores made before it
+  get it from the first service that captures.
 
 The state of version v is the names alive at v (``added <= v < removed``) joined with the members
 alive at v, each label's examples ordered by ``pos``. Every id is chosen by the writer holding the
@@ -34,6 +38,15 @@ from dyntc.errors import DyntcError
 
 STORE_FORMAT = 3  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table
 UPGRADABLE_FORMATS = (2,)  # upgraded in place by ModelStore.open
+
+#: The inbox of texts a service could not place (kept out of the versions).
+CAPTURES_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS captures (
+        hash TEXT PRIMARY KEY, text TEXT NOT NULL, reason TEXT NOT NULL, label TEXT, margin DOUBLE PRECISION,
+        seen {int} NOT NULL, first_seen DOUBLE PRECISION NOT NULL, last_seen DOUBLE PRECISION NOT NULL)""",
+    # the oldest sightings are the ones a bounded inbox forgets
+    "CREATE INDEX IF NOT EXISTS captures_seen ON captures (last_seen)",
+]
 
 # {int} and {blob} are the dialect's column types
 _SCHEMA = [
@@ -60,6 +73,7 @@ _SCHEMA = [
     # reading version v visits the rows alive now or removed after v (never the whole history);
     # prune finds the rows removed before the oldest kept version
     "CREATE INDEX IF NOT EXISTS members_removed ON members (removed)",
+    *CAPTURES_SCHEMA,
 ]
 
 #: The tables in the order a copy fills them (each refers only to those before it), with their columns.

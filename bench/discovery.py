@@ -1,0 +1,365 @@
+"""New-intent discovery benchmark: the standard semi-supervised protocol, run through the product.
+
+Protocol (Lin et al. 2020; DeepAligned, Zhang et al. AAAI 2021; MTP-CLNN, Zhang et al. ACL 2022): per
+dataset, known-class ratio (KCR) and seed, a random KCR share of the intents is *known*; 10 % of each
+known intent's training texts are labelled (LAR 10 %); every other training text is unlabelled
+(known and new intents mixed); the test split is clustered into all intents and scored by NMI, ARI
+and ACC (Hungarian matching), in percent.
+
+``ours``: ``DynamicClassifier(seed=s).fit(labelled)`` (frozen MiniLM, the cosine head), ``discover``
+on the unlabelled texts with ``n_new`` given (the true number of new intents) or estimated
+(``ours:est``), ``accept`` every proposed cluster, ``predict`` the test texts: the predicted labels
+are the clustering. Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means
+with the true number of intents on all training texts, test texts assigned to the nearest centre),
+``agglo`` (Ward agglomerative clustering of the test texts), ``seeded`` (spherical k-means seeded with
+the known labels' prototypes, labelled texts fixed; no metric adaptation). Time: seconds of
+fit + discover + accept + predict with the embeddings already in the product's memory cache (the
+first line per dataset says how long embedding every text took, from the disk cache or not).
+
+``--suggestions``: merge/split suggestions on CLINC150 and HWU64 train splits with planted truth
+(10 random pairs of intents merged into one label: a split should be suggested; 10 other intents
+divided into two random halves under two names: a merge should be suggested): precision and recall
+of the top 20, the purity of a suggested split's parts against the original intents, and how many
+suggestions an untouched label set gets.
+
+    DYNTC_DATA=../shared/datasets python -m bench.discovery [--mode fast] [--datasets mcid,stackoverflow]
+    DYNTC_DATA=../shared/datasets python -m bench.discovery --suggestions
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+OUT = Path(__file__).resolve().parent.parent / "runs" / "discovery"
+ADD_EXAMPLES = os.environ.get("ADD", "1") == "1"
+HEAD = None if os.environ.get("HEAD") == "none" else "cosine"
+DATASETS = ("clinc150", "hwu64", "stackoverflow", "mcid")
+
+# Published results (NMI / ARI / ACC), LAR 10 %, number of intents given.
+TEXTOIR = ("TEXTOIR open_intent_discovery/results/result.md (thuiar/TEXTOIR, commit 1ee7280), "
+           "cluster-number factor 1")
+ANCHORS: dict[tuple[str, float], list[tuple[str, tuple[float, float, float], str]]] = {
+    ("clinc150", 0.25): [("DeepAligned", (88.97, 64.63, 74.07), TEXTOIR), ("MTP-CLNN", (93.17, 76.20, 83.26), TEXTOIR),
+                         ("USNID", (94.17, 77.95, 83.12), TEXTOIR)],
+    ("clinc150", 0.5): [("DeepAligned", (91.59, 72.56, 80.70), TEXTOIR), ("MTP-CLNN", (94.30, 80.17, 86.18), TEXTOIR),
+                        ("USNID", (95.48, 82.99, 87.28), TEXTOIR)],
+    ("clinc150", 0.75): [("DeepAligned", (93.89, 79.75, 86.49), "Zhang et al. AAAI 2021, Table 2"),
+                         ("MTP-CLNN", (95.45, 84.30, 89.46), TEXTOIR), ("USNID", (96.42, 86.77, 90.36), TEXTOIR)],
+    ("stackoverflow", 0.25): [("DeepAligned", (50.86, 37.96, 54.50), TEXTOIR),
+                              ("MTP-CLNN", (73.35, 54.80, 74.70), TEXTOIR), ("USNID", (74.91, 65.45, 75.76), TEXTOIR)],
+    ("stackoverflow", 0.5): [("DeepAligned", (68.28, 57.62, 74.52), TEXTOIR),
+                             ("MTP-CLNN", (76.66, 62.24, 80.36), TEXTOIR), ("USNID", (78.77, 71.63, 82.06), TEXTOIR)],
+    ("stackoverflow", 0.75): [("DeepAligned", (73.28, 60.09, 77.97), TEXTOIR),
+                              ("MTP-CLNN", (82.56, 75.66, 87.63), "Zhang et al. ACL 2022, Table 3"),
+                              ("USNID", (80.13, 74.90, 85.66), TEXTOIR)],
+    ("mcid", 0.75): [("MTP-CLNN", (83.75, 73.22, 84.36), "Zhang et al. ACL 2022, Table 3")],
+}
+
+
+def cpu_name() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+        return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")),
+                    platform.processor())
+    except OSError:
+        return platform.processor()
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def cluster_acc(y: np.ndarray, p: np.ndarray) -> float:
+    """Accuracy under the best one-to-one matching of predicted clusters to classes (Hungarian)."""
+    from scipy.optimize import linear_sum_assignment
+
+    size = max(p.max(), y.max()) + 1
+    w = np.zeros((size, size), np.int64)
+    np.add.at(w, (p, y), 1)
+    rows, cols = linear_sum_assignment(-w)
+    return float(w[rows, cols].sum() / len(y))
+
+
+def scores(y_true: list, y_pred: list) -> tuple[float, float, float]:
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    codes: dict = {}
+    y = np.array([codes.setdefault(("t", v), len(codes)) for v in y_true])
+    codes = {}
+    p = np.array([codes.setdefault(v, len(codes)) for v in y_pred])
+    return (100 * normalized_mutual_info_score(y, p), 100 * adjusted_rand_score(y, p), 100 * cluster_acc(y, p))
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, seed: int, lar: float = 0.1):
+    """(known intents, labelled (texts, labels), unlabelled texts): seeded choice of ``round(KCR · C)``
+    known intents and of ``max(1, round(LAR · n))`` labelled texts of each; the rest unlabelled,
+    each distinct text once and none that is also labelled."""
+    rng = np.random.default_rng(seed)
+    classes = sorted(set(train_labels))
+    known = set(rng.choice(classes, size=max(1, int(round(kcr * len(classes)))), replace=False).tolist())
+    by: dict[str, list[int]] = {}
+    for i, y in enumerate(train_labels):
+        by.setdefault(y, []).append(i)
+    lab, unl = [], []
+    for y in classes:
+        idx = list(by[y])
+        if y in known:
+            rng.shuffle(idx)
+            n = max(1, int(round(lar * len(idx))))
+            lab += idx[:n]
+            unl += idx[n:]
+        else:
+            unl += idx
+    lab_texts = [train_texts[i] for i in sorted(lab)]
+    seen = set(lab_texts)
+    unlabelled = [t for t in dict.fromkeys(train_texts[i] for i in sorted(unl)) if t not in seen]
+    return sorted(known), (lab_texts, [train_labels[i] for i in sorted(lab)]), unlabelled
+
+
+def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int):
+    from dyntc import DynamicClassifier
+
+    start = time.perf_counter()
+    clf = DynamicClassifier(seed=seed, head=HEAD).fit(*labelled)
+    found = clf.discover(unlabelled, n_new, mode=mode)
+    clf.accept(found, add_examples=ADD_EXAMPLES)
+    pred = clf.predict(test_texts)
+    return pred, found, time.perf_counter() - start
+
+
+def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new: int, seed: int) -> dict:
+    from sklearn.cluster import AgglomerativeClustering, KMeans
+
+    from dyntc.classifier import clustering as cl
+
+    train_x = cl.unit(clf_encode(labelled[0] + unlabelled))
+    test_x = cl.unit(clf_encode(test_texts))
+    out = {}
+    km = KMeans(n_total, n_init=3, random_state=seed).fit(train_x)
+    out["kmeans"] = km.predict(test_x).tolist()
+    out["agglo"] = AgglomerativeClustering(n_total, linkage="ward").fit_predict(test_x).tolist()
+    known = sorted(set(labelled[1]))
+    ky = np.array([known.index(y) for y in labelled[1]])
+    _, centres, _ = cl.seeded_kmeans(train_x[len(ky):], train_x[:len(ky)], ky, len(known), n_new, seed=seed)
+    out["seeded"] = (test_x @ centres.T).argmax(1).tolist()
+    return out
+
+
+def run_discovery(args) -> list[dict]:
+    from dyntc.core.encoders import create_encoder
+    from dyntc.protocol.data.datasets import load
+
+    from dyntc import DynamicClassifier
+    from dyntc.classifier.params import encoder_options
+
+    # the product's own encoder settings (max_len ...), so that its embedding cache is shared with fit/predict
+    encoder = create_encoder("minilm", ["warm up"], **encoder_options(DynamicClassifier().get_params()))
+
+    def encode(texts):
+        import torch
+
+        return torch.stack(encoder.featurize(list(texts))).numpy().astype(np.float32)
+
+    rows = []
+    for name in args.datasets:
+        data = load(name)
+        n_total = len(set(data.train.labels))
+        start = time.perf_counter()  # every text once, through the product's encoder: later calls hit its memory cache
+        encode(list(dict.fromkeys(data.train.texts + data.test.texts)))
+        print(f"{name}: embeddings of {len(data.train) + len(data.test)} texts ready in "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
+        for kcr in args.kcr:
+            for seed in args.seeds:
+                known, labelled, unlabelled = protocol_split(data.train.texts, data.train.labels, kcr, seed)
+                n_new = n_total - len(known)
+                row = {"dataset": name, "kcr": kcr, "seed": seed, "n_new": n_new, "known": len(known),
+                       "labelled": len(labelled[0]), "unlabelled": len(unlabelled), "test": len(data.test)}
+                for tag, given in (("ours", n_new), ("ours:est", None)):
+                    pred, found, seconds = run_product(labelled, unlabelled, data.test.texts, given, args.mode, seed)
+                    row[tag] = {"scores": scores(data.test.labels, pred), "seconds": seconds,
+                                "n_new": found.n_new, "clusters": len(found.clusters),
+                                "discover_seconds": found.seconds}
+                if not args.no_baselines:
+                    for tag, pred in baselines(encode, unlabelled, labelled, data.test.texts, n_total, n_new,
+                                               seed).items():
+                        row[tag] = {"scores": scores(data.test.labels, pred)}
+                rows.append(row)
+                est = row["ours:est"]
+                print(f"{name} kcr={kcr} seed={seed}: ours {fmt(row['ours']['scores'])} "
+                      f"({row['ours']['seconds']:.0f}s), est {fmt(est['scores'])} n_new {est['n_new']} "
+                      f"(true {n_new}, {est['clusters']} kept)", flush=True)
+    return rows
+
+
+def fmt(s) -> str:
+    return " / ".join(f"{v:.1f}" for v in s)
+
+
+def mean_std(values: list[tuple]) -> str:
+    a = np.array(values)
+    return " / ".join(f"{m:.1f}±{s:.1f}" for m, s in zip(a.mean(0), a.std(0)))
+
+
+def table(rows: list[dict], approaches=("ours", "ours:est", "seeded", "kmeans", "agglo")) -> str:
+    lines = ["| dataset | KCR | method | NMI / ARI / ACC (mean ± std) | n_new est. (true) | s / run (of which discover) |",
+             "|---|---:|---|---|---|---:|"]
+    keys = sorted({(r["dataset"], r["kcr"]) for r in rows}, key=lambda k: (DATASETS.index(k[0]), k[1]))
+    for ds, kcr in keys:
+        group = [r for r in rows if r["dataset"] == ds and r["kcr"] == kcr]
+        for a in approaches:
+            if a not in group[0]:
+                continue
+            est = ""
+            if a == "ours:est":
+                errs = [abs(r[a]["n_new"] - r["n_new"]) for r in group]
+                est = (f"{np.mean([r[a]['n_new'] for r in group]):.1f} ({group[0]['n_new']}), "
+                       f"abs. err. {np.mean(errs):.1f}")
+            secs = (f"{np.mean([r[a]['seconds'] for r in group]):.0f} (discover "
+                    f"{np.mean([r[a]['discover_seconds'] for r in group]):.1f})") if "seconds" in group[0][a] else ""
+            lines.append(f"| {ds} | {kcr:.0%} | {a} | {mean_std([r[a]['scores'] for r in group])} | {est} | {secs} |")
+        for method, s, src in ANCHORS.get((ds, kcr), []):
+            lines.append(f"| {ds} | {kcr:.0%} | *{method}* (published) | {fmt(s)} | given | GPU: {src} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- suggestions
+
+
+def plant(labels: list[str], seed: int, n: int = 10):
+    """Relabel: `n` disjoint random pairs merged (``a+b``), `n` other intents halved (``c#1``, ``c#2``)."""
+    rng = np.random.default_rng(seed)
+    classes = sorted(set(labels))
+    pick = rng.permutation(classes)[:3 * n].tolist()
+    pairs = [tuple(sorted(pick[2 * i:2 * i + 2])) for i in range(n)]
+    halved = pick[2 * n:]
+    merged = {c: f"{a}+{b}" for a, b in pairs for c in (a, b)}
+    out = []
+    counter: dict[str, int] = {}
+    for y in labels:
+        if y in merged:
+            out.append(merged[y])
+        elif y in halved:
+            k = counter[y] = counter.get(y, 0) + 1
+            out.append(f"{y}#{1 + k % 2}")
+        else:
+            out.append(y)
+    return out, pairs, halved
+
+
+def run_suggestions(args) -> list[dict]:
+    from dyntc import DynamicClassifier
+    from dyntc.protocol.data.datasets import load
+
+    rows = []
+    for name in [d for d in args.datasets if d in ("clinc150", "hwu64")]:
+        data = load(name)
+        texts = list(dict.fromkeys(data.train.texts))
+        first = {}
+        for t, y in zip(data.train.texts, data.train.labels):
+            first.setdefault(t, y)
+        original = [first[t] for t in texts]
+        start = time.perf_counter()
+        untouched = DynamicClassifier(head=None).fit(texts, original).suggest()
+        base_seconds = time.perf_counter() - start
+        for seed in args.seeds:
+            labels, pairs, halved = plant(original, seed)
+            clf = DynamicClassifier(head=None).fit(texts, labels)
+            start = time.perf_counter()
+            top = clf.suggest(top=20)
+            seconds = time.perf_counter() - start
+            truth_merge = {tuple(sorted((f"{c}#1", f"{c}#2"))) for c in halved}
+            truth_split = {f"{a}+{b}" for a, b in pairs}
+            hits, purity = set(), []
+            for s in top:
+                if s.kind == "merge" and tuple(sorted(s.labels)) in truth_merge:
+                    hits.add(tuple(sorted(s.labels)))
+                elif s.kind == "split" and s.labels[0] in truth_split:
+                    hits.add(s.labels[0])
+                    origin = dict(zip(texts, original))
+                    purity.append(np.mean([max(np.mean([origin[t] == o for t in part]) for o in s.labels[0].split("+"))
+                                           for part in s.parts.values()]))
+            correct = sum((s.kind == "merge" and tuple(sorted(s.labels)) in truth_merge)
+                          or (s.kind == "split" and s.labels[0] in truth_split) for s in top)
+            row = {"dataset": name, "seed": seed, "returned": len(top), "correct": correct,
+                   "precision": correct / max(len(top), 1), "recall": len(hits) / 20,
+                   "merge_recall": len([h for h in hits if isinstance(h, tuple)]) / 10,
+                   "split_recall": len([h for h in hits if isinstance(h, str)]) / 10,
+                   "split_purity": float(np.mean(purity)) if purity else None, "seconds": seconds,
+                   "untouched_suggestions": len(untouched), "labels": len(set(original)),
+                   "untouched_kinds": {k: sum(s.kind == k for s in untouched) for k in ("merge", "split")},
+                   "untouched_seconds": base_seconds}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def suggestions_table(rows: list[dict]) -> str:
+    lines = ["| dataset | precision@20 | recall@20 (merge / split) | split parts' purity | untouched set: suggestions "
+             "(merge / split) of labels | s |", "|---|---|---|---|---|---:|"]
+    for ds in ("clinc150", "hwu64"):
+        g = [r for r in rows if r["dataset"] == ds]
+        if not g:
+            continue
+        pur = [r["split_purity"] for r in g if r["split_purity"] is not None]
+        u = g[0]
+        lines.append(f"| {ds} | {np.mean([r['precision'] for r in g]):.2f}±{np.std([r['precision'] for r in g]):.2f} "
+                     f"| {np.mean([r['recall'] for r in g]):.2f} ({np.mean([r['merge_recall'] for r in g]):.2f} / "
+                     f"{np.mean([r['split_recall'] for r in g]):.2f}) | {np.mean(pur) if pur else float('nan'):.2f} | "
+                     f"{u['untouched_suggestions']} ({u['untouched_kinds']['merge']} / {u['untouched_kinds']['split']}) "
+                     f"of {u['labels']} | {np.mean([r['seconds'] for r in g]):.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", default=None, help="default: all four (with --suggestions: clinc150,hwu64)")
+    parser.add_argument("--kcr", default="0.25,0.5,0.75")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--mode", default="default", choices=("default", "fast"))
+    parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
+    parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
+                                                                "and exit")
+    args = parser.parse_args()
+    if args.table:
+        rows = []
+        for path in args.table:
+            saved = json.loads(path.read_text())
+            print(saved["header"])
+            rows += saved["rows"]
+        print(suggestions_table(rows) if rows and "precision" in rows[0] else table(rows))
+        return
+    args.datasets = [d.strip() for d in (args.datasets or ("clinc150,hwu64" if args.suggestions else
+                                                           ",".join(DATASETS))).split(",") if d.strip()]
+    args.kcr = [float(k) for k in args.kcr.split(",")]
+    args.seeds = [int(s) for s in args.seeds.split(",")]
+    header = (f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, CPU {cpu_name()} "
+              f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}")
+    print(header, flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    if args.suggestions:
+        rows = run_suggestions(args)
+        text = suggestions_table(rows)
+        path = OUT / f"suggestions-{'-'.join(args.datasets)}.json"
+    else:
+        rows = run_discovery(args)
+        text = table(rows)
+        path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}.json"
+    path.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+    print(header)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The numerics of new-intent discovery: small pure functions over unit vectors (numpy, float32).
+
+* :func:`adapt_metric` learns, from the labelled support points alone, a linear map that shrinks the
+  directions in which texts of one label differ (within-label scatter, shrunk towards the identity)
+  and applies it to every point: wording that does not change the intent weighs less, for new
+  intents as for known ones (a closed form; nothing is trained).
+* :func:`seeded_kmeans` is semi-supervised spherical k-means: one centroid per known label, seeded
+  at its prototype and holding its labelled points, plus ``n_new`` centroids seeded by k-means++
+  among the unlabelled points far from every known prototype; unlabelled points move freely.
+* :func:`estimate_new` chooses ``n_new`` when it is not given: DeepAligned's rule, over-cluster and
+  count the new clusters of at least the mean size.
+* :func:`keywords` names a cluster by class-based TF-IDF (c-TF-IDF): the words frequent in the
+  cluster and rare in the others.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(norm, 1e-12)
+
+
+def group_sums(ids: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+    """``(k, d)``: the sum of the rows of `x` with each id (a sparse product; ``np.add.at`` is ~50x slower)."""
+    from scipy.sparse import csr_matrix
+
+    ids = np.asarray(ids, dtype=np.int64)
+    onehot = csr_matrix((np.ones(len(ids), np.float32), (ids, np.arange(len(ids)))), shape=(k, len(ids)))
+    return np.asarray(onehot @ x, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------- the metric
+
+
+def adapt_metric(known: np.ndarray, known_y: np.ndarray, shrink: float = 0.5) -> np.ndarray:
+    """A ``(d, d)`` map ``W`` to apply as ``unit(x @ W)``: the inverse square root of the labelled
+    points' within-label scatter, shrunk towards the identity by `shrink` (1 = no change; with few
+    labelled points per dimension the raw scatter is singular). Labels with one point add nothing."""
+    known = unit(known)
+    d = known.shape[1]
+    centred = np.empty_like(known)
+    used = np.zeros(len(known), dtype=bool)
+    for c in np.unique(known_y):
+        idx = np.flatnonzero(known_y == c)
+        if len(idx) > 1:
+            centred[idx] = known[idx] - known[idx].mean(0)
+            used[idx] = True
+    if used.sum() < 2:
+        return np.eye(d, dtype=np.float32)
+    scatter = centred[used].T @ centred[used] / used.sum()
+    scatter = scatter / max(np.trace(scatter) / d, 1e-12)  # unit mean eigenvalue, comparable with I
+    scatter = (1 - shrink) * scatter + shrink * np.eye(d)
+    values, vectors = np.linalg.eigh(scatter.astype(np.float64))
+    return (vectors @ np.diag(values.clip(1e-6) ** -0.5) @ vectors.T).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------- clustering
+
+
+def _plus_plus(points: np.ndarray, centroids: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` more centroids by k-means++ (cosine distance) among `points`, given `centroids` already chosen."""
+    chosen = [c for c in centroids]
+    best = (points @ centroids.T).max(1) if len(centroids) else np.full(len(points), -1.0, np.float32)
+    out = []
+    for _ in range(n):
+        weight = np.clip(1.0 - best, 0, None) ** 2
+        total = weight.sum()
+        i = int(rng.integers(len(points))) if total <= 0 else int(rng.choice(len(points), p=weight / total))
+        out.append(points[i])
+        chosen.append(points[i])
+        best = np.maximum(best, points @ points[i])
+    return np.array(out, dtype=np.float32).reshape(n, points.shape[1])
+
+
+def seeded_kmeans(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_known: int, n_new: int, *,
+                  seed: int = 0, n_init: int = 3, max_iter: int = 50) -> tuple[np.ndarray, np.ndarray, float]:
+    """Semi-supervised spherical k-means on unit vectors.
+
+    `points` ``(n, d)`` unlabelled; `known` ``(m, d)`` labelled with `known_y` in ``0..n_known-1``
+    (they stay in their label's cluster). Returns ``(assignment of points in 0..n_known+n_new-1,
+    centroids (n_known+n_new, d), objective = mean cosine to the own centroid)``, best of `n_init`
+    seedings of the new centroids."""
+    rng = np.random.default_rng(seed)
+    k = n_known + n_new
+    seeds = unit(group_sums(known_y, known, n_known))
+    both = np.concatenate([points, known])
+    best: tuple[np.ndarray, np.ndarray, float] | None = None
+    for _ in range(max(1, n_init) if n_new else 1):
+        centroids = np.concatenate([seeds, _plus_plus(points, seeds, n_new, rng)])
+        assign = None
+        for _ in range(max_iter):
+            sims = points @ centroids.T
+            new_assign = sims.argmax(1)
+            if assign is not None and np.array_equal(new_assign, assign):
+                break
+            assign = new_assign
+            ids = np.concatenate([assign, known_y])
+            sums = group_sums(ids, both, k)
+            sizes = np.bincount(ids, minlength=k)
+            empty = np.flatnonzero(sizes == 0)
+            if len(empty):  # re-seed an emptied centroid at the point farthest from its own
+                far = np.argsort(sims[np.arange(len(points)), assign])[:len(empty)]
+                sums[empty] = points[far]
+            centroids = unit(sums)
+        sims = points @ centroids.T
+        assign = sims.argmax(1)
+        objective = float(sims[np.arange(len(points)), assign].mean()) if len(points) else 0.0
+        if best is None or objective > best[2]:
+            best = (assign, centroids, objective)
+    return best
+
+
+def estimate_new(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_known: int, max_new: int, *,
+                 seed: int = 0, n_init: int = 1) -> tuple[int, list[int]]:
+    """The number of new clusters, by DeepAligned's rule (Zhang et al. AAAI 2021): cluster into
+    ``K' = n_known + max_new`` (too many on purpose), then count the new clusters that hold at least
+    the mean cluster size ``len(points) / K'``: a real intent gathers more than its share, the
+    surplus centroids split a few points among them. Returns it (at least 1) and the new clusters'
+    sizes, largest first."""
+    assign, _, _ = seeded_kmeans(points, known, known_y, n_known, max_new, seed=seed, n_init=n_init, max_iter=30)
+    sizes = np.bincount(assign, minlength=n_known + max_new)[n_known:]
+    threshold = len(points) / (n_known + max_new)
+    return max(1, int((sizes >= threshold).sum())), sorted(sizes.tolist(), reverse=True)
+
+
+# ---------------------------------------------------------------------------------------- names
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9+#'._-]*[a-z0-9+#]|[a-z0-9]")
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are aren't as at be because been before being below between
+both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each few for from
+further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself him himself his
+how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my myself no nor
+not of off on once only or other ought our ours ourselves out over own same shan't she she'd she'll she's should
+shouldn't so some such than that that's the their theirs them themselves then there there's these they they'd
+they'll they're they've this those through to too under until up very was wasn't we we'd we'll we're we've were
+weren't what what's when when's where where's which while who who's whom why why's with won't would wouldn't you
+you'd you'll you're you've your yours yourself yourselves please tell want need know get give like just also
+one use using way get got make
+""".split())
+
+
+def words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS and not w.isdigit()]
+
+
+def keywords(groups: Sequence[Sequence[str]], top: int = 3) -> list[list[str]]:
+    """The `top` c-TF-IDF words of every group of texts: ``tf(w, group) · log(1 + mean words per group
+    / count of w over all groups)``."""
+    counts = [Counter(w for t in texts for w in words(t)) for texts in groups]
+    total: Counter = Counter()
+    for c in counts:
+        total.update(c)
+    mean_words = sum(total.values()) / max(len(groups), 1)
+    out = []
+    for c in counts:
+        n = sum(c.values()) or 1
+        scored = sorted(c, key=lambda w: (-(c[w] / n) * np.log(1 + mean_words / total[w]), w))
+        out.append(scored[:top])
+    return out

@@ -1,0 +1,183 @@
+"""Discovery, accept and suggestions on the hashing-encoder toy (tests/_toy.py): known answers, one
+version per accept, every bad input's error."""
+
+import pytest
+
+from dyntc import DynamicClassifier
+from dyntc.classifier.discovery import Discovery
+from dyntc.errors import DyntcError
+from tests._toy import LABELS, TEXTS, toy_classifier
+
+MUSIC = ["play music song jazz", "play music song rock", "play music song playlist", "play music song loud",
+         "play music song queen", "play music song beatles"]
+TRANSLATE = ["translate word french language", "translate word spanish language", "translate word german language",
+             "translate word italian language", "translate word japanese language", "translate word dutch language"]
+KNOWN = {"alarm": "set an alarm to wake me up at six", "balance": "what is the balance of my account",
+         "timer": "start a timer for ten minutes", "weather": "what is the weather forecast for tomorrow"}
+
+
+@pytest.fixture(scope="module")
+def clf():
+    return toy_classifier()
+
+
+def _texts():
+    return MUSIC + TRANSLATE + list(KNOWN.values())
+
+
+def test_two_new_groups_found_and_known_texts_placed(clf):
+    found = clf.discover(_texts(), n_new=2)
+    assert isinstance(found, Discovery) and not found.estimated and found.n_new == 2
+    groups = sorted((sorted(c.texts) for c in found.clusters), key=len)
+    assert sorted(groups) == sorted([sorted(MUSIC), sorted(TRANSLATE)])
+    names = {c.name for c in found.clusters}
+    assert any("music" in n or "song" in n for n in names) and any("translate" in n or "word" in n for n in names)
+    assert found.assignments[-4:] == list(KNOWN)  # in input order: each known text in its own label
+    for c in found.clusters:
+        assert c.size == len(c.texts) == 6 and 0 < c.cohesion <= 1
+        assert c.nearest_label in LABELS and c.nearest_distance > 0
+        assert c.central_texts[0] in c.texts
+    assert found.counts() == {"known": 4, "new": 12, "noise": 0}
+    d = found.to_dict()
+    assert d["counts"]["new"] == 12 and len(d["assignments"]) == 16  # JSON-able
+    import json
+
+    json.dumps(d)
+
+
+def test_estimated_number_of_new_clusters(clf):
+    found = clf.discover(_texts())
+    assert found.estimated and found.overclustered_sizes
+    assert 1 <= found.n_new <= found.settings["max_new"]
+    # whatever the estimate, the clusters kept hold only texts of one group each
+    for c in found.clusters:
+        assert set(c.texts) <= set(MUSIC) or set(c.texts) <= set(TRANSLATE)
+
+
+def test_accept_is_one_version_and_survives_reload(tmp_path):
+    clf = toy_classifier(head=None)
+    path = tmp_path / "model"
+    clf.save(path)
+    before = DynamicClassifier.versions(path)
+    with DynamicClassifier.edit(path) as editing:
+        found = editing.discover(_texts(), n_new=2)
+        editing.accept(found)
+    after = DynamicClassifier.versions(path)
+    assert len(after) == len(before) + 1
+    loaded = DynamicClassifier.load(path)
+    new = {c.name for c in found.clusters}
+    assert new <= set(loaded.classes_) and len(loaded.classes_) == len(LABELS) + 2
+    for c in found.clusters:
+        assert sorted(loaded.support(c.name)) == sorted(c.texts)
+    assert loaded.predict(["play music song jazz"])[0] in new
+
+
+def test_accept_a_chosen_cluster_and_add_examples():
+    clf = toy_classifier(head=None)
+    found = clf.discover(_texts(), n_new=2)
+    first = found.clusters[0].name
+    clf.accept(found, [first], add_examples=True)
+    assert first in clf.classes_ and found.clusters[1].name not in clf.classes_
+    assert KNOWN["alarm"] in clf.support("alarm")
+
+
+def test_stale_discovery_is_refused():
+    clf = toy_classifier(head=None)
+    found = clf.discover(_texts(), n_new=2)
+    clf.remove_label("timer")
+    with pytest.raises(DyntcError, match="stale.*removed: \\['timer'\\].*discover\\(\\) again"):
+        clf.accept(found)
+    other = toy_classifier(head=None)
+    other.accept(found)  # a discovery made on the same label set applies to another classifier
+    with pytest.raises(DyntcError, match="stale"):  # ... once: its names now exist
+        other.accept(found)
+
+
+def test_names_made_unique(clf):
+    found = clf.discover(_texts(), n_new=2)
+    name = found.clusters[0].name
+    other = toy_classifier(head=None)
+    other.add_label(name, ["some text"])
+    found2 = other.discover(_texts(), n_new=2)
+    assert all(c.name not in other.classes_ for c in found2.clusters)
+    assert len({c.name for c in found2.clusters}) == 2
+
+
+@pytest.mark.parametrize("texts, n_new, match", [
+    (["play music"] * 2, None, "repeats texts\\[0\\]"),
+    (["play music", "  "], None, "empty"),
+    (["a b", "c d", "e f"], None, "at least 6 texts"),
+    ("play music", None, "list of texts"),
+    (MUSIC + TRANSLATE, 0, "n_new must be an integer between 1 and 4"),
+    (MUSIC + TRANSLATE, 5, "n_new must be an integer between 1 and 4"),
+    (MUSIC + TRANSLATE, 1.5, "n_new must be an integer"),
+])
+def test_bad_input(clf, texts, n_new, match):
+    with pytest.raises(DyntcError, match=match):
+        clf.discover(texts, n_new)
+
+
+def test_bad_options(clf):
+    with pytest.raises(DyntcError, match="mode must be one of default, fast"):
+        clf.discover(_texts(), mode="slow")
+    with pytest.raises(DyntcError, match="max_new must be an integer between 1"):
+        clf.discover(_texts(), max_new=0)
+    with pytest.raises(DyntcError, match="min_cluster_size must be an integer >= 1"):
+        clf.discover(_texts(), min_cluster_size=0)
+    found = clf.discover(_texts(), n_new=2)
+    with pytest.raises(DyntcError, match="no cluster named 'nope'"):
+        clf.copy().accept(found, ["nope"])
+    with pytest.raises(DyntcError, match="position 7 is out of range"):
+        clf.copy().accept(found, [7])
+    with pytest.raises(DyntcError, match="the Discovery returned by discover"):
+        clf.copy().accept({"clusters": []})
+
+
+def test_fast_mode_same_answer_on_the_toy(clf):
+    found = clf.discover(_texts(), n_new=2, mode="fast")
+    assert sorted(sorted(c.texts) for c in found.clusters) == sorted([sorted(MUSIC), sorted(TRANSLATE)])
+
+
+# ------------------------------------------------------------------------------------------- suggestions
+
+
+FORECAST = ["weather rain forecast today", "weather rain forecast tomorrow", "weather rain forecast weekend",
+            "weather rain forecast monday", "weather rain forecast tonight", "weather rain forecast friday"]
+
+
+def test_suggestions_find_a_planted_merge_and_split():
+    # one intent under two names (a merge should be suggested), two intents under one (a split should)
+    groups = {"alarm": TEXTS["alarm"], "balance": TEXTS["balance"], "music_a": MUSIC[0::2], "music_b": MUSIC[1::2],
+              "mixed": TRANSLATE + FORECAST}
+    clf = DynamicClassifier(encoder="hashing", head=None).fit(
+        [t for g in groups.values() for t in g], [name for name, g in groups.items() for _ in g])
+    found = clf.suggest(split_ratio=1.0)  # hashed words: every group is far from every other
+    # the planted pair and the planted mixture rank first (hashed words make any toy label look a little
+    # split: it may follow them, below)
+    assert sorted((s.kind, sorted(s.labels)) for s in found[:2]) == [("merge", ["music_a", "music_b"]),
+                                                                     ("split", ["mixed"])]
+    assert not any(s.kind == "merge" for s in found[2:])
+    split = next(s for s in found if s.kind == "split")
+    assert sorted(map(sorted, split.parts.values())) == sorted([sorted(TRANSLATE), sorted(FORECAST)])
+    assert all(name.startswith("mixed_") for name in split.parts)
+    assert split.evidence["part_sizes"] == [6, 6] and split.evidence["ratio"] >= 1.0
+    merge = next(s for s in found if s.kind == "merge")
+    assert merge.score >= 1 and merge.evidence["n_a"] == merge.evidence["n_b"] == 3
+    assert merge.evidence["rate"] == (merge.evidence["a_to_b"] + merge.evidence["b_to_a"]) / 6 >= 0.3
+    assert [s.score for s in found] == sorted((s.score for s in found), reverse=True)
+    import json
+
+    json.dumps([s.to_dict() for s in found])
+    assert clf.suggest(split_ratio=1.0, top=1) == found[:1]
+
+
+def test_untouched_toy_gets_no_merge():
+    assert not [s for s in toy_classifier(head=None).suggest() if s.kind == "merge"]
+
+
+def test_suggest_bad_options():
+    clf = toy_classifier(head=None)
+    with pytest.raises(DyntcError, match="merge_rate must be a number in \\(0, 1.0\\]"):
+        clf.suggest(merge_rate=2)
+    with pytest.raises(DyntcError, match="top must be None or an integer >= 1"):
+        clf.suggest(top=0)

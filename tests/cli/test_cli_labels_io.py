@@ -1,0 +1,87 @@
+"""`dyntc labels export | import` on a hashing-encoder model: exact round trips through each format,
+merge and replace, one version per import, and every mistake one `error:` line with exit status 2."""
+
+import contextlib
+import io
+import json
+import sys
+
+import pytest
+
+from _toy import LABELS, TEXTS, toy_classifier
+from dyntc import DynamicClassifier
+
+
+def cli(*args):
+    """`dyntc ARGS` in this process; returns (exit status, stdout, stderr)."""
+    from dyntc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["dyntc", *map(str, args)]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def model(tmp_path):
+    path = tmp_path / "model"
+    toy_classifier().save(path)
+    return path
+
+
+def _sets(path) -> dict:
+    return {n: list(s.texts) for n, s in DynamicClassifier.load(path).labels_.items()}
+
+
+@pytest.mark.parametrize("suffix, fmt", [(".csv", None), (".jsonl", None), (".yml", None), (".txt", "rasa")])
+def test_export_import_round_trip(model, tmp_path, suffix, fmt):
+    out = tmp_path / f"labels{suffix}"
+    args = ["--format", fmt] if fmt else []
+    code, _, err = cli("labels", "export", model, "--out", out, *args)
+    assert code == 0 and f"wrote 4 labels, 40 examples to {out}" in err
+    before = _sets(model)
+    other = tmp_path / "other"
+    clf = toy_classifier()
+    clf.remove_label("timer")
+    clf.add_label("lights", ["lights on", "lights off", "dim the lights"])
+    clf.save(other)
+    code, stdout, err = cli("labels", "import", other, out, "--replace", "--json", *args)
+    assert code == 0, err
+    assert json.loads(stdout) == {"added": ["timer"], "extended": {}, "redefined": [], "removed": ["lights"],
+                                  "unchanged": ["alarm", "balance", "weather"]}
+    assert _sets(other) == before
+    assert [v["op"] for v in DynamicClassifier.versions(other)][0] == "add_label, remove_label"  # one version
+
+
+def test_import_merges_by_default(model, tmp_path):
+    more = tmp_path / "more.csv"
+    more.write_text('text,label\n"lights on, please",lights\nlights off,lights\ndim the lamp,lights\n'
+                    "will it hail,weather\n", encoding="utf-8")
+    code, _, err = cli("labels", "import", model, more)
+    assert code == 0 and "1 added, 1 extended (1 examples)" in err
+    sets = _sets(model)
+    assert sets["lights"] == ["lights on, please", "lights off", "dim the lamp"]
+    assert sets["weather"] == TEXTS["weather"] + ["will it hail"] and set(sets) == set(LABELS) | {"lights"}
+
+
+@pytest.mark.parametrize("args, match", [
+    (["labels", "import", "{model}", "{tmp}/nope.csv"], "does not exist"),
+    (["labels", "import", "{model}", "{tmp}/bad.csv", "--replace", "--merge"], "exclude each other"),
+    (["labels", "import", "{model}", "{tmp}/bad.csv"], "no label column"),
+    (["labels", "export", "{model}", "--out", "{tmp}/x.xml"], "cannot tell the format"),
+    (["labels", "export", "{model}", "--out", "{tmp}/x.csv", "--format", "xml"], "unknown format 'xml'"),
+])
+def test_mistakes_are_one_error_line_and_change_nothing(model, tmp_path, args, match):
+    (tmp_path / "bad.csv").write_text("text,intent\nhi,a\n", encoding="utf-8")
+    before = DynamicClassifier.versions(model)
+    code, _, err = cli(*[a.format(model=model, tmp=tmp_path) for a in args])
+    assert code == 2 and err.startswith("error: ") and match in err and err.count("\n") == 1, err
+    assert DynamicClassifier.versions(model) == before
