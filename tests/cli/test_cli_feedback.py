@@ -100,7 +100,7 @@ def test_fit_onto_a_model_needs_replace(toy_model, dyntc_cli, tmp_path):
     assert DynamicClassifier.load(toy_model).support_counts() == before
     code, out, err = dyntc_cli("fit", "--data", tmp_path / "other.csv", "--out", toy_model, "--encoder", "hashing", "--replace")
     assert code == 0, err
-    assert DynamicClassifier.load(toy_model).classes_ == ["call", "music"]
+    assert list(DynamicClassifier.load(toy_model).classes_) == ["call", "music"]
     assert dyntc_cli("labels", "restore", toy_model, "1")[0] == 0  # the old labels are one restore away
     assert DynamicClassifier.load(toy_model).support_counts() == before
 
