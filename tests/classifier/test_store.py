@@ -360,7 +360,7 @@ def test_restore_writes_only_the_difference_and_keeps_the_order(where):
 
 
 def test_prune_shrinks_the_file_and_refuses_pruned_versions(where):
-    from dyntc.cli.classifier import labels_prune
+    from dyntc.cli.labels import labels_prune
 
     rng = np.random.default_rng(3)
     store, state = _fake_store(where("m"), rng, {"a": 200, "b": 20})

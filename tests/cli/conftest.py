@@ -1,3 +1,4 @@
+import shutil
 import sys
 
 import pytest
@@ -15,3 +16,71 @@ def run_dyntc(monkeypatch):
         assert not exit_.value.code
 
     return run
+
+
+@pytest.fixture
+def dyntc_cli(monkeypatch):
+    """``dyntc_cli(*argv, input="")``: the ``dyntc`` command in this process; returns (exit status,
+    stdout, stderr), whatever the status."""
+    import contextlib
+    import io
+
+    from dyntc.cli import main
+
+    def run(*argv, input=""):
+        out, err = io.StringIO(), io.StringIO()
+        monkeypatch.setattr(sys, "argv", ["dyntc", *map(str, argv)])
+        monkeypatch.setattr(sys, "stdin", io.StringIO(input))
+        code = 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return code, out.getvalue(), err.getvalue()
+
+    return run
+
+
+def write_csv(path, rows, header=("text", "label"), delimiter=","):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, delimiter=delimiter)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="session")
+def _toy_master(tmp_path_factory):
+    from _toy import TEXTS
+
+    from dyntc import DynamicClassifier
+
+    root = tmp_path_factory.mktemp("toy")
+    train = [(t, y) for y, texts in TEXTS.items() for t in texts[:7]]
+    test = [(t, y) for y, texts in TEXTS.items() for t in texts[7:]]
+    oos = ["tell me a joke", "who won the game last night", "play some jazz music"]
+    write_csv(root / "train.csv", train)
+    write_csv(root / "dev.csv", test)
+    write_csv(root / "test.csv", test + [(t, "oos") for t in oos])
+    (root / "oos.txt").write_text("\n".join(oos) + "\n")
+    DynamicClassifier(encoder="hashing").fit(*zip(*train)).save(root / "model")
+    return root
+
+
+@pytest.fixture
+def toy_files(_toy_master, tmp_path):
+    """The toy intents (tests/_toy.py) as train.csv (7 texts a label), test.csv (3 a label and 3
+    out-of-scope texts labelled ``oos``), dev.csv (test.csv's in-scope rows) and oos.txt, in tmp_path."""
+    for name in ("train.csv", "dev.csv", "test.csv", "oos.txt"):
+        shutil.copy(_toy_master / name, tmp_path / name)
+    return tmp_path
+
+
+@pytest.fixture
+def toy_model(_toy_master, toy_files):
+    """A copy of a model directory fitted on train.csv with the hashing encoder, beside toy_files'."""
+    shutil.copytree(_toy_master / "model", toy_files / "model")
+    return toy_files / "model"

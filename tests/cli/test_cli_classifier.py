@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 INTENTS = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
-SMALL = ["--encoder", "sru", "--metric", "hyperbolic", "--hidden", "64", "--layers", "1", "--dropout", "0.1", "--max-len", "32", "--episodes", "30", "--lr", "0.003"]
+SMALL = ["--encoder", "sru", "--metric", "hyperbolic", "--hidden-size", "64", "--num-layers", "1", "--dropout", "0.1", "--max-len", "32", "--episodes", "30", "--lr", "0.003"]
 
 
 def dyntc(*args, input=None, check=True):
@@ -152,7 +152,7 @@ def test_predict_inputs(model, tmp_path):
     assert from_stdin == from_jsonl
     assert all(0 < r["probability"] <= 1 for r in from_txt) and "top_k" not in from_txt[0]
     code, _, err = cli("predict", model, input='{"txt": "oops"}\n')
-    assert code == 2 and '"text" field' in err
+    assert code == 2 and "no column 'text'" in err and "['txt']" in err
 
 
 @pytest.mark.data
@@ -237,16 +237,16 @@ def test_fit_train_and_debias_options(tmp_path):
     (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
     code, out, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m", "--no-debias")
     assert code == 0, err
-    assert json.loads(out)["episodes"] == 0 and "built 2 labels" in err
+    assert json.loads(out)["episodes"] == 0 and "fitted 2 labels" in err and "nothing trained" in err
     clf = DynamicClassifier.load(tmp_path / "m")
     assert clf.debias is False and clf.train is None and not clf.labels_.debias
     code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m2", "--train", "everything")
     assert code == 2 and "train='everything' does not apply" in err and not (tmp_path / "m2").exists()
     if importlib.util.find_spec("onnxruntime") is not None:
-        code, out, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m3", "--runtime", "onnx")
+        code, out, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m3", "--encoder-options", "runtime=onnx")
         assert code == 0, err
         assert DynamicClassifier.load(tmp_path / "m3").model_.encoder.cfg.runtime == "onnx"
-    code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--runtime", "tensorrt")
+    code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--encoder-options", "runtime=tensorrt")
     assert code == 2 and "runtime must be one of" in err and not (tmp_path / "m4").exists()
     code, _, err = cli("fit", "--data", tmp_path / "d.csv", "--out", tmp_path / "m4", "--hard-fraction", "1.5")
     assert code == 2 and "hard_fraction must be a number in [0, 0.5]" in err

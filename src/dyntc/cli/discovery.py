@@ -24,7 +24,7 @@ ModelDir = Annotated[str, typer.Argument(help="Model directory written by `dyntc
 
 def _texts(path: Path, text_col: str) -> list[str]:
     """The file's texts, each distinct text once (a log repeats texts; discover takes each once)."""
-    from dyntc.cli.classifier import read_examples
+    from dyntc.cli.reading import read_examples
 
     texts = read_examples(path, text_col)
     distinct = list(dict.fromkeys(texts))

@@ -31,18 +31,26 @@ def serve(
     max_connections: Annotated[Optional[int], typer.Option(help="Open connections; over it a new one closes the oldest not being worked on (idle or still sending) [default: 1024]")] = None,
     max_in_flight: Annotated[Optional[int], typer.Option(help="Requests worked on at once; more are answered 503 (/healthz always answered) [default: 128]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
+    access_log: Annotated[bool, typer.Option(help="Print one line per request on stderr (client, method, path, status)")] = False,
     capture: Annotated[Optional[int], typer.Option(help="Keep up to N predicted texts the service could not place (rejected or low-margin) in the model's store, for the console's inbox; needs --token-file [default: 0 = off]")] = None,
     capture_days: Annotated[Optional[float], typer.Option(help="Forget a captured text not seen again for this many days [default: 7]")] = None,
     capture_margin: Annotated[Optional[float], typer.Option(help="Capture a text whose two best labels' probabilities differ by less than this [default: 0.1]")] = None,
 ) -> None:
     """Serve predictions and live label changes over HTTP (JSON; OpenAPI document at /docs), with a label
     console for the browser at / ."""
+    from dyntc.cli.common import missing_extra
+
+    if not 0 < port < 65536:
+        raise DyntcError(f"--port must be in 1..65535, got {port}")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as exc:
+        raise missing_extra(exc.name, "`dyntc serve`") from None
     from dyntc.classifier.service.inbox import CapturePolicy
     from dyntc.classifier.service.limits import Limits
     from dyntc.classifier.service.server import run
 
-    if not 0 < port < 65536:
-        raise DyntcError(f"--port must be in 1..65535, got {port}")
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
                  max_connections=max_connections, max_in_flight=max_in_flight, workers=workers)
@@ -50,4 +58,4 @@ def serve(
     captured = dict(capture=capture, capture_days=capture_days, capture_margin=capture_margin)
     policy = CapturePolicy(**{k: v for k, v in captured.items() if v is not None})
     run(model, host, port, token_file=token_file, read_token_file=read_token_file, insecure=insecure, limits=limits,
-        capture=policy)
+        capture=policy, access_log=access_log)

@@ -24,6 +24,7 @@ from dyntc.core.encoders.base import embed, to_device
 from dyntc.errors import DyntcError, is_number
 from dyntc.core.inference import Encoded, prototypical_accuracy, supervised_accuracy
 from dyntc.core.models import MLPClassifier, PrototypicalNetwork, load_trainable_state
+from dyntc.core.progress import budget_total
 from dyntc.core.stopping import (
     EarlyStopping,
     finished_state,
@@ -216,7 +217,8 @@ def train_prototypical(
         start -= state["elapsed"]
     elif monitor is not None:
         history.append({"step": 0, **monitor(model)})
-    bar = tqdm(range(step + 1, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
+    first, loop_start = step + 1, time.perf_counter()
+    bar = tqdm(range(first, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
     for step in bar:
         ep = sampler.sample()
         support = to_device(model.encoder.collate([train.items[i] for i in ep.support]), device)
@@ -241,7 +243,10 @@ def train_prototypical(
         running.append(loss.item())
         if cfg.on_work is not None:
             cfg.on_work(len(ep.support) + len(ep.query))
-        out_of_time = cfg.time_budget_s is not None and time.perf_counter() - start > cfg.time_budget_s
+        now = time.perf_counter()
+        out_of_time = cfg.time_budget_s is not None and now - start > cfg.time_budget_s
+        if cfg.time_budget_s is not None and not bar.disable:  # the ETA is the budget's when it ends first
+            bar.total = budget_total(step, first, cfg.max_episodes, now - start, now - loop_start, cfg.time_budget_s) - first + 1
         if dev is not None and (step % cfg.eval_every == 0 or step == cfg.max_episodes or out_of_time):
             acc = prototypical_accuracy(model, dev_support, dev)
             history.append({"step": step, "loss": float(np.mean(running)), "dev_acc": acc})

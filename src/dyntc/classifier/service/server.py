@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import logging
+import sys
 import warnings
 from pathlib import Path
 
@@ -13,8 +16,10 @@ from dyntc.errors import DyntcError
 
 
 def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None = None, read_token_file: Path | None = None,
-        insecure: bool = False, limits: Limits = Limits(), capture: CapturePolicy = CapturePolicy()) -> None:
-    """Serve until interrupted (the ``dyntc serve`` command)."""
+        insecure: bool = False, limits: Limits = Limits(), capture: CapturePolicy = CapturePolicy(),
+        access_log: bool = False) -> None:
+    """Serve until interrupted (the ``dyntc serve`` command): prints ``listening on http://HOST:PORT``
+    on stderr once the socket is bound; with `access_log`, one line per request."""
     import torch
     import uvicorn
 
@@ -33,8 +38,40 @@ def run(model_dir: str | Path, host: str, port: int, *, token_file: Path | None 
     app = create_app(model_dir, limits=limits, access=Access(write_token, reads, loopback), capture=capture)
     _allow_open_files(limits.max_connections + 256)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", http=guarded_h11(limits),
-                            timeout_keep_alive=5, backlog=max(2048, limits.max_connections))
-    uvicorn.Server(config).run()
+                            timeout_keep_alive=5, backlog=max(2048, limits.max_connections), access_log=access_log,
+                            log_config=_log_config())
+    if access_log:  # log_level set every uvicorn logger to warnings: the access lines are at info
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
+    _announcing_server(config).run()
+
+
+def _log_config() -> dict:
+    """uvicorn's logging, its access lines on stderr as well (stdout is left to the application)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["handlers"]["access"]["stream"] = "ext://sys.stderr"
+    return config
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _announcing_server(config):
+    """uvicorn's server, saying where it listens once its socket is bound (uvicorn's own line is at
+    info level, which would also bring its per-connection chatter)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                bound = [s.getsockname() for server in self.servers for s in server.sockets]
+                port = bound[0][1] if bound else config.port
+                print(f"listening on {_url(config.host, port)} (Ctrl+C to stop)", file=sys.stderr, flush=True)
+
+    return Server(config)
 
 
 def _allow_open_files(n: int) -> None:

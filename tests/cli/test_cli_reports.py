@@ -1,0 +1,86 @@
+"""`dyntc evaluate`: misclassified texts, most confused pairs, an out-of-scope section, a macro
+average over the test file's labels; `dyntc calibrate --report-dir`: reliability diagram and distance
+histograms with the threshold."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from conftest import write_csv
+
+from dyntc.cli import report
+
+
+def test_auroc_is_the_rank_statistic():
+    assert report.auroc(np.array([0.1, 0.2]), np.array([0.3, 0.4])) == 1.0
+    assert report.auroc(np.array([0.3, 0.4]), np.array([0.1, 0.2])) == 0.0
+    assert report.auroc(np.array([0.1, 0.5]), np.array([0.5, 0.2])) == pytest.approx((1 + 0.5 + 1 + 0) / 4)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=50), rng.normal(0.7, size=40)
+    from sklearn.metrics import roc_auc_score
+
+    assert report.auroc(a, b) == pytest.approx(roc_auc_score([0] * 50 + [1] * 40, np.concatenate([a, b])))
+    assert report.auroc(a, np.array([])) is None
+
+
+def test_confused_pairs_rank_the_errors():
+    labels = ["a", "a", "a", "b", "b", "c"]
+    pred = ["b", "b", "a", "a", None, "c"]
+    assert report.confused_pairs(labels, pred) == [{"label": "a", "predicted": "b", "count": 2},
+                                                   {"label": "b", "predicted": "a", "count": 1}]
+
+
+def test_evaluate_writes_errors_pairs_and_out_of_scope(toy_model, dyntc_cli, toy_files):
+    code, out, err = dyntc_cli("evaluate", toy_model, "--data", toy_files / "test.csv", "--report-dir", toy_files / "r")
+    assert code == 0, err
+    rep = json.loads((toy_files / "r" / "report.json").read_text())
+    assert rep["n"] == 12 and "oos" not in rep["per_class"]  # the out-of-scope texts are not a label
+    oos = rep["out_of_scope"]
+    assert oos["n_oos"] == 3 and oos["n_in_scope"] == 12 and 0.5 <= oos["auroc"] <= 1 and not oos["rejecting"]
+    assert oos["in_scope_accuracy"] == rep["accuracy"]
+    assert "AUROC" in out and "give --reject" in out
+    with open(toy_files / "r" / "misclassified.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == rep["misclassified"] == round(12 * (1 - rep["accuracy"])) + 3  # every oos text is an error
+    assert all(r["label"] != r["predicted"] for r in rows) and {r["label"] for r in rows} >= {"oos"}
+    with open(toy_files / "r" / "confused_pairs.csv", newline="") as fh:
+        pairs = list(csv.DictReader(fh))
+    assert [dict(p, count=int(p["count"])) for p in pairs] == rep["confused_pairs"]
+    assert sum(p["count"] for p in rep["confused_pairs"]) <= len(rows)
+    assert (toy_files / "r" / "confusion_matrix.png").stat().st_size > 5000
+
+    assert dyntc_cli("calibrate", toy_model, "--data", toy_files / "dev.csv", "--oos", toy_files / "oos.txt")[0] == 0
+    code, out, err = dyntc_cli("evaluate", toy_model, "--data", toy_files / "test.csv", "--reject", "--report-dir", toy_files / "r2")
+    assert code == 0, err
+    oos = json.loads((toy_files / "r2" / "report.json").read_text())["out_of_scope"]
+    assert oos["rejecting"] and 0 <= oos["oos_recall"] <= 1 and "out-of-scope recall" in out
+
+
+def test_evaluate_macro_average_counts_only_the_test_files_labels(toy_model, dyntc_cli, toy_files):
+    rows = [(t, y) for t, y in csv.reader(open(toy_files / "test.csv")) if y in ("alarm", "balance")]
+    write_csv(toy_files / "two.csv", rows)
+    code, out, err = dyntc_cli("evaluate", toy_model, "--data", toy_files / "two.csv", "--report-dir", toy_files / "r")
+    assert code == 0, err
+    rep = json.loads((toy_files / "r" / "report.json").read_text())
+    assert set(rep["per_class"]) == {"alarm", "balance"}
+    recalls = [rep["per_class"][y]["recall"] for y in ("alarm", "balance")]
+    assert rep["macro_avg"]["recall"] == pytest.approx(np.mean(recalls))
+    assert rep["out_of_scope"] is None
+
+
+def test_evaluate_reject_needs_a_calibration(toy_model, dyntc_cli, toy_files):
+    code, _, err = dyntc_cli("evaluate", toy_model, "--data", toy_files / "test.csv", "--reject")
+    assert code == 2 and "--reject needs a calibrated classifier" in err
+
+
+def test_calibrate_draws_its_report(toy_model, dyntc_cli, toy_files):
+    code, out, err = dyntc_cli("calibrate", toy_model, "--data", toy_files / "dev.csv", "--oos", toy_files / "oos.txt",
+                               "--report-dir", toy_files / "cal")
+    assert code == 0, err
+    cal = json.loads((toy_files / "cal" / "calibration.json").read_text())
+    assert cal["threshold"] == json.loads(out)["threshold"] and cal["n_oos"] == 3
+    assert sum(b["n"] for b in cal["reliability_after"]) == 12 == sum(b["n"] for b in cal["reliability_before"])
+    assert 0 <= cal["auroc"] <= 1
+    for png in ("reliability.png", "distances.png"):
+        assert (toy_files / "cal" / png).read_bytes()[:4] == b"\x89PNG"
