@@ -49,10 +49,10 @@ from dyntc.classifier.calibration import (
     Calibration, check_max_drop, check_threshold, fit_calibration, require_calibration,
 )
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.live_head import LiveHead, adopt, head_config
+from dyntc.classifier.live_head import LiveHead, adopt
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
-    check_param, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
+    check_new_params, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
 from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore, is_store
@@ -203,17 +203,8 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         ``extend_vocab``, ``debias``, ``head``, ``head_options`` and ``progress`` apply at once: a new
         head or new head options retrain the head at the next prediction and drop the calibration).
         Unlike scikit-learn's own estimators, a bad value is refused here, not at the next ``fit``."""
-        from dyntc.core.machine import check_device
-
-        valid = self._get_param_names()
+        check_new_params(type(self).__name__, self._get_param_names(), params)
         for name, value in params.items():
-            if name not in valid:
-                raise DyntcError(f"invalid parameter {name!r} for {type(self).__name__}; valid ones: {', '.join(valid)}")
-            check_param(name, value)
-            if name == "device":
-                check_device(value, "device")
-            if name == "head_options":
-                head_config(value)
             labels = self.__dict__.get("_labels")
             if name in ("head", "head_options") and value != getattr(self, name):
                 live = self.__dict__.pop("_live", None)

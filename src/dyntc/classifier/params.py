@@ -145,3 +145,18 @@ def train_config(params: Mapping[str, Any], episodes: int, lr: float):
 def space_options(params: Mapping[str, Any]) -> dict:
     """The :class:`~dyntc.classifier.space.MetricSpace` attributes that follow the parameters at once."""
     return {"device": str(params["device"]), "batch_size": params["batch_size"], "extend_vocab": params["extend_vocab"]}
+
+
+def check_new_params(owner: str, valid: list[str], params: Mapping[str, Any]) -> None:
+    """What ``set_params`` checks before it changes anything: each name is a parameter of `owner`
+    and each value one it accepts (a device that exists, head options its head knows)."""
+    from dyntc.core.machine import check_device
+
+    for name, value in params.items():
+        if name not in valid:
+            raise DyntcError(f"invalid parameter {name!r} for {owner}; valid ones: {', '.join(valid)}")
+        check_param(name, value)
+        if name == "device":
+            check_device(value, "device")
+        if name == "head_options":
+            head_config(value)
