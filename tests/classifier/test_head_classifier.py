@@ -397,4 +397,4 @@ def test_cli_fit_head_option(tmp_path):
         assert code == 0, err
         assert DynamicClassifier.load(out).head == expected
     code, err = _cli("fit", "--data", data, "--out", tmp_path / "x", "--encoder", "hashing", "--head", "linear")
-    assert code == 2 and "--head must be cosine or none" in err and not (tmp_path / "x").exists()
+    assert code == 2 and "head must be None (nearest prototype) or 'cosine'" in err and not (tmp_path / "x").exists()

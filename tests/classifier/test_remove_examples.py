@@ -19,7 +19,7 @@ def test_removed_examples_leave_and_the_prototype_is_the_mean_of_the_rest(tmp_pa
     support = clf.labels_.support("alarm")
     assert torch.equal(support.points, torch.as_tensor(clf.encode(kept)))
     expected = clf.labels_.space.means([support.points])[0]
-    assert torch.allclose(clf.labels_.prototypes()[clf.classes_.index("alarm")], expected, atol=1e-6)
+    assert torch.allclose(clf.labels_.prototypes()[clf.classes_.tolist().index("alarm")], expected, atol=1e-6)
     clf.save(tmp_path / "m")
     with DynamicClassifier.edit(tmp_path / "m") as edited:
         edited.remove_examples("alarm", [kept[0]])
