@@ -150,9 +150,10 @@ def default_max_new(n_texts: int, n_known: int, min_cluster_size: int) -> int:
 
 def _directions(points: torch.Tensor, metric: str) -> np.ndarray:
     """Unit directions of points: Euclidean points as they are; hyperboloid points by their spatial
-    part (the direction of their log map at the origin)."""
-    x = points.numpy() if metric == "euclidean" else points[:, 1:].numpy()
-    return cl.unit(x)
+    part (the direction of their log map at the origin), past the coordinates the lift added."""
+    from dyntc.core.geometry import get_metric
+
+    return cl.unit(points[:, get_metric(metric).extra_coordinates:].numpy())
 
 
 def _known(labels: LabelSet) -> tuple[np.ndarray, np.ndarray, list[str]]:
