@@ -164,8 +164,8 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
     def versions_diff(a: int, b: int) -> dict:
         return history.diff(service.store, a, b)
 
-    @app.get("/console/session")
-    def session(request: Request) -> dict:
+    @app.get("/console/whoami")
+    def whoami(request: Request) -> dict:
         """What the bearer token of this request may do (the sign-in form checks a token with it)."""
         write = hooks.holds(request, access.write_token)
         read = write or access.read_token is None or hooks.holds(request, access.read_token)

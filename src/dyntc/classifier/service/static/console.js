@@ -383,7 +383,7 @@
     event.preventDefault();
     clearMessages();
     var candidate = event.target.elements.token.value.trim();
-    api('GET', '/console/session', undefined, candidate).then(function (data) {
+    api('GET', '/console/whoami', undefined, candidate).then(function (data) {
       if (!(data.write || (data.read && body.dataset.writable !== '1'))) {
         throw new Error('The service does not accept this token: check it and sign in again.');
       }
