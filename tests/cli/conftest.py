@@ -2,6 +2,7 @@ import shutil
 import sys
 
 import pytest
+from _csvfiles import write_csv  # noqa: F401 (the fixtures below use it)
 
 
 @pytest.fixture
@@ -40,16 +41,6 @@ def dyntc_cli(monkeypatch):
         return code, out.getvalue(), err.getvalue()
 
     return run
-
-
-def write_csv(path, rows, header=("text", "label"), delimiter=","):
-    import csv
-
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, delimiter=delimiter)
-        w.writerow(header)
-        w.writerows(rows)
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -89,7 +89,7 @@ def test_serve_logs_no_requests_unless_asked(toy_model, tmp_path):
 
 
 def test_fit_onto_a_model_needs_replace(toy_model, dyntc_cli, tmp_path):
-    from conftest import write_csv
+    from _csvfiles import write_csv
 
     from dyntc import DynamicClassifier
 

@@ -4,7 +4,7 @@ is one `error:` line with exit status 2 (no typer box, no traceback)."""
 import json
 
 import pytest
-from conftest import write_csv
+from _csvfiles import write_csv
 
 TEXTS = ["wake me up at five", "will it rain tomorrow", "how much money do i have"]
 

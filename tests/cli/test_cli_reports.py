@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import write_csv
+from _csvfiles import write_csv
 
 from dyntc.cli import report
 
