@@ -85,3 +85,8 @@ def test_labels_list_json_names_tuple_and_int_labels_as_the_other_commands_take_
         assert code == 0, err
         assert json.loads(cli("labels", "list", path, "--json")[1])[names[0]] == 5
         assert DynamicClassifier.load(path).support_counts()[make(0, LABELS[0])] == 5
+
+
+def test_a_file_that_cannot_be_written_is_one_error_line(model, tmp_path):
+    code, _, err = cli("labels", "export", model, "--out", tmp_path / "no-such-folder" / "labels.csv")
+    assert code == 1 and err == f"error: {tmp_path / 'no-such-folder' / 'labels.csv'}: No such file or directory\n"
