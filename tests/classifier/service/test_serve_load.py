@@ -10,9 +10,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 
+from _postgres import postgres  # noqa: F401  (the fixture)
 from _server import Server, eventually
 from _toy import toy_classifier
 
@@ -166,6 +168,38 @@ def test_a_store_restored_from_a_backup_or_replaced_is_followed_and_own_writes_a
         os.replace(other / "dyntc.sqlite", model / "dyntc.sqlite")
         assert eventually(lambda: set(srv.call("GET", "/labels")[1]["labels"]) == {"p", "q", "r"})
         assert health(srv)["status"] == "ok"
+    finally:
+        srv.stop()
+
+
+def test_a_postgresql_store_restored_from_a_dump_or_recreated_is_followed(fitted, postgres, tmp_path):
+    """The same on PostgreSQL: the model's schema dropped and restored from a ``pg_dump`` taken at
+    version 1, then dropped and made again by another save (another store id, same version numbers)."""
+    model = "m_" + uuid.uuid4().hex[:12]
+    url = fitted.save(postgres.url(model))
+    dump = postgres.dump(model)  # version 1
+    srv = Server(url, tmp_path)
+    try:
+        for k in range(3):
+            assert srv.call("POST", "/labels", {"name": f"late_{k}", "examples": ["x"]})[0] == 201
+        assert health(srv)["version"] == 4
+        postgres.sql(f'DROP SCHEMA "{model}" CASCADE')
+        postgres.restore(dump)
+        assert eventually(lambda: (h := health(srv))["version"] == 1 and h["status"] == "ok", timeout=20)
+        assert "late_0" not in srv.call("GET", "/labels")[1]["labels"]
+        status, body = srv.call("POST", "/labels", {"name": "after_restore", "examples": ["y"]})
+        assert status == 201 and body["version"] == 2
+        assert srv.call("GET", "/labels")[1]["version"] == 2  # its own commit, at once
+        assert srv.call("POST", "/predict", {"texts": ["y"]})[1]["version"] == 2
+        postgres.sql(f'DROP SCHEMA "{model}" CASCADE')
+        DynamicClassifier(encoder="hashing").fit(["a b", "c d", "e f", "g h"], ["p", "p", "q", "q"]).save(url)
+        with DynamicClassifier.edit(url) as clf:
+            clf.add_label("r", ["i j"])
+        assert eventually(lambda: set(srv.call("GET", "/labels")[1]["labels"]) == {"p", "q", "r"}, timeout=20)
+        assert eventually(lambda: health(srv)["status"] == "ok")
+        status, body = srv.call("POST", "/labels", {"name": "s", "examples": ["k l"]})
+        assert status == 201 and body["version"] == 3
+        assert set(srv.call("GET", "/labels")[1]["labels"]) == {"p", "q", "r", "s"}
     finally:
         srv.stop()
 

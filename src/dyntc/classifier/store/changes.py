@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dyntc.classifier.store.schema import content_hash, meta, points_tensor
+from dyntc.classifier.store.schema import check_state, content_hash, meta, points_tensor, state_rows
 from dyntc.classifier.store.schema import head as read_head
 from dyntc.errors import DyntcError
 
@@ -69,6 +69,9 @@ def changes_since(db: Any, store_id: str, since: int, blob: Callable[[Any, str, 
             raise DyntcError(f"the store is damaged: label {name!r} of version {head} has non-finite points; "
                              "restore an earlier version")
         labels[name] = (texts, tensor, parts)
+    # the labels not read are the ones served already: the head's digest covers them through its rows
+    state = db.execute("SELECT state FROM versions WHERE id = ?", (head,)).fetchone()[0]
+    check_state(state, state_rows(db, head), head)
     return Changes(store_id, head, labels, removed)
 
 

@@ -1,8 +1,10 @@
-"""The store's tables (format 3), the bytes of its rows, and what a version reads back as.
+"""The store's tables (format 4), the bytes of its rows, and what a version reads back as.
 
 - ``blobs(hash, data)``: content-addressed bytes (the weights as safetensors, the model document as
   JSON), keyed by their SHA-256; a version that keeps the weights stores none.
-- ``versions(id, created, op, detail, model, weights, n_labels, n_examples)``: one row per commit.
+- ``versions(id, created, op, detail, model, weights, n_labels, n_examples, state)``: one row per
+  commit; ``state`` is the digest of its label names and of which example belongs to which label, in
+  which order and part (:func:`state_digest`; NULL for versions committed before format 4).
 - ``contents(id, hash, text, point)``: every distinct support example (its point float32,
   little-endian), keyed by the SHA-256 of both, so no text or point is stored twice.
 - ``labels(id, added)``: a stable label identity, independent of its name.
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -36,8 +38,9 @@ import torch
 from dyntc.classifier.store.dialect import Dialect
 from dyntc.errors import DyntcError
 
-STORE_FORMAT = 3  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table
-UPGRADABLE_FORMATS = (2,)  # upgraded in place by ModelStore.open
+STORE_FORMAT = 4  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table;
+# 3: labels, names and members without a digest of a version's state
+UPGRADABLE_FORMATS = (2, 3)  # upgraded in place by ModelStore.open
 
 #: The inbox of texts a service could not place (kept out of the versions).
 CAPTURES_SCHEMA = [
@@ -55,7 +58,7 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS versions (
         id {int} PRIMARY KEY, created TEXT NOT NULL, op TEXT NOT NULL, detail TEXT NOT NULL,
         model TEXT NOT NULL REFERENCES blobs(hash), weights TEXT NOT NULL REFERENCES blobs(hash),
-        n_labels {int} NOT NULL, n_examples {int} NOT NULL)""",
+        n_labels {int} NOT NULL, n_examples {int} NOT NULL, state TEXT)""",
     """CREATE TABLE IF NOT EXISTS contents (
         id {int} PRIMARY KEY, hash {blob} NOT NULL UNIQUE, text TEXT NOT NULL, point {blob} NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS labels (id {int} PRIMARY KEY, added {int} NOT NULL)",
@@ -79,7 +82,7 @@ _SCHEMA = [
 #: The tables in the order a copy fills them (each refers only to those before it), with their columns.
 TABLES = {
     "blobs": "hash, data",
-    "versions": "id, created, op, detail, model, weights, n_labels, n_examples",
+    "versions": "id, created, op, detail, model, weights, n_labels, n_examples, state",
     "contents": "id, hash, text, point",
     "labels": "id, added",
     "names": "id, label, name, added, removed",
@@ -112,6 +115,49 @@ def content_hash(text: str, point: bytes) -> bytes:
     confused with another whose text ends where the other's point begins."""
     data = text.encode("utf-8")
     return hashlib.sha256(len(data).to_bytes(8, "little") + data + point).digest()
+
+
+def state_digest(labels: Mapping[str, Sequence[tuple[bytes, int]]]) -> str:
+    """The digest of a version's state: each label name (in sorted order) with the content hash and
+    part of each of its examples, in order. Every length is written before what it measures, so no
+    state can be confused with another whose bytes run on where the other's stop."""
+    h = hashlib.sha256()
+    for name in sorted(labels):
+        data = name.encode("utf-8")
+        members = labels[name]
+        h.update(len(data).to_bytes(8, "little") + data + len(members).to_bytes(8, "little"))
+        for key, part in members:
+            h.update(bytes(key) + int(part).to_bytes(8, "little", signed=True))
+    return h.hexdigest()
+
+
+def state_rows(db: Any, version: int) -> dict[str, list[tuple[bytes, int]]]:
+    """``{name: [(content hash, part), ...]}`` of `version` as the rows say, for :func:`state_digest`
+    (what a commit records; a read that did not read every row checks the head with it)."""
+    names = dict(db.execute("SELECT label, name FROM names WHERE added <= ? AND (removed IS NULL OR removed > ?)",
+                            (version, version)).fetchall())
+    rows = db.execute(  # the rows alive now or removed after `version` (as a read visits them: indexed)
+        "SELECT m.label, m.pos, m.id, c.hash, m.part FROM members m JOIN contents c ON c.id = m.content "
+        "WHERE m.removed IS NULL AND m.added <= ? UNION ALL SELECT m.label, m.pos, m.id, c.hash, m.part "
+        "FROM members m JOIN contents c ON c.id = m.content WHERE m.removed > ? AND m.added <= ?",
+        (version, version, version)).fetchall()
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    labels: dict[str, list[tuple[bytes, int]]] = {}
+    for label, _, _, key, part in rows:
+        if label not in names:
+            raise DyntcError(f"the store is damaged: version {version} has examples of a label without a name; "
+                             "restore an earlier version")
+        labels.setdefault(names[label], []).append((bytes(key), part))
+    return labels
+
+
+def check_state(expected: str | None, labels: Mapping[str, Sequence[tuple[bytes, int]]], version: int) -> None:
+    """Raise the store's "damaged" error unless `labels` (as :func:`state_rows` gives) is the state
+    version `version` recorded; versions committed before format 4 recorded none (`expected` None)."""
+    if expected is not None and state_digest(labels) != expected:
+        raise DyntcError(f"the store is damaged: the label names or the examples each label holds in version "
+                         f"{version} do not match its digest (a row of the names or members table was changed "
+                         "outside dyntc); restore another version")
 
 
 def document_bytes(document: dict) -> bytes:
