@@ -565,27 +565,32 @@ def test_a_changed_label_name_or_membership_row_is_detected_by_the_version_diges
     at = store.location
     _commit(store, {"z": _support(rng, "z", 4)})  # version 2
     label = {name: _rows(at, "SELECT label FROM names WHERE name = ?", (name,))[0][0] for name in "xyz"}
-    y_members = [r[0] for r in _rows(at, "SELECT id FROM members WHERE label = ? ORDER BY pos", (label["y"],))]
+    y, z = ([r[0] for r in _rows(at, "SELECT id FROM members WHERE label = ? ORDER BY pos", (label[n],))] for n in "yz")
     damaged = "damaged: the label names or the examples each label holds in version 2 do not match its digest"
-    edits = [  # (the edit, its undo): one byte of a name; a row moved to another label; two rows swapped
-        (("UPDATE names SET name = 'Z' WHERE name = 'z'", ()), ("UPDATE names SET name = 'z' WHERE name = 'Z'", ())),
-        (("UPDATE members SET label = ? WHERE id = ?", (label["x"], y_members[0])),
-         ("UPDATE members SET label = ? WHERE id = ?", (label["y"], y_members[0]))),
-        (("UPDATE members SET pos = ? WHERE id = ?", (-1, y_members[3])),
-         ("UPDATE members SET pos = ? WHERE id = ?", (y_members[3], y_members[3]))),
-        (("UPDATE members SET part = 1 WHERE id = ?", (y_members[2],)),
-         ("UPDATE members SET part = 0 WHERE id = ?", (y_members[2],))),
+    edits = [  # (the edit, its undo, whether it is in what a process serving version 1 reads to follow: z)
+        ("UPDATE names SET name = 'Z' WHERE name = 'z'", (), "UPDATE names SET name = 'z' WHERE name = 'Z'", (), True),
+        ("UPDATE members SET pos = -1 WHERE id = ?", (z[2],), "UPDATE members SET pos = id WHERE id = ?", (z[2],), True),
+        ("UPDATE names SET name = 'Y' WHERE name = 'y'", (), "UPDATE names SET name = 'y' WHERE name = 'Y'", (), False),
+        ("UPDATE members SET label = ? WHERE id = ?", (label["x"], y[0]),
+         "UPDATE members SET label = ? WHERE id = ?", (label["y"], y[0]), False),
+        ("UPDATE members SET part = 1 WHERE id = ?", (y[2],), "UPDATE members SET part = 0 WHERE id = ?", (y[2],), False),
     ]
-    for edit, undo in edits:
-        _rows(at, *edit)
+    for edit, args, undo, undo_args, followed in edits:
+        _rows(at, edit, args)
         with pytest.raises(DyntcError, match=damaged):
             store.read()
-        # a process serving version 1 reads only what changed since (label z), and still sees it
-        with pytest.raises(DyntcError, match=damaged):
-            store.changes_since(store.store_id(), 1)
-        _rows(at, *undo)
+        if followed:  # the labels it did not change are served from its verified copy of version 1
+            with pytest.raises(DyntcError, match=damaged):
+                store.changes_since(store.store_id(), 1)
+        _rows(at, undo, undo_args)
+        _same(store.read(1).labels, state)
         assert sorted(store.read().labels) == ["x", "y", "z"]
     assert store.changes_since(store.store_id(), 1).labels.keys() == {"z"}
+    # a commit on top carries the digest on from the labels it changed
+    _commit(store, {"x": None, "w": _support(rng, "w", 2)})
+    _rows(at, "UPDATE names SET name = 'Y' WHERE name = 'y'")
+    with pytest.raises(DyntcError, match=damaged.replace("version 2", "version 3")):
+        store.read()
 
 
 def test_a_format_3_store_is_upgraded_and_its_old_versions_read_as_before(where):

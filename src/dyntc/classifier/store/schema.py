@@ -4,7 +4,7 @@
   JSON), keyed by their SHA-256; a version that keeps the weights stores none.
 - ``versions(id, created, op, detail, model, weights, n_labels, n_examples, state)``: one row per
   commit; ``state`` is the digest of its label names and of which example belongs to which label, in
-  which order and part (:func:`state_digest`; NULL for versions committed before format 4).
+  which order and part (:mod:`~dyntc.classifier.store.state`; NULL for versions committed before format 4).
 - ``contents(id, hash, text, point)``: every distinct support example (its point float32,
   little-endian), keyed by the SHA-256 of both, so no text or point is stored twice.
 - ``labels(id, added)``: a stable label identity, independent of its name.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -115,49 +115,6 @@ def content_hash(text: str, point: bytes) -> bytes:
     confused with another whose text ends where the other's point begins."""
     data = text.encode("utf-8")
     return hashlib.sha256(len(data).to_bytes(8, "little") + data + point).digest()
-
-
-def state_digest(labels: Mapping[str, Sequence[tuple[bytes, int]]]) -> str:
-    """The digest of a version's state: each label name (in sorted order) with the content hash and
-    part of each of its examples, in order. Every length is written before what it measures, so no
-    state can be confused with another whose bytes run on where the other's stop."""
-    h = hashlib.sha256()
-    for name in sorted(labels):
-        data = name.encode("utf-8")
-        members = labels[name]
-        h.update(len(data).to_bytes(8, "little") + data + len(members).to_bytes(8, "little"))
-        for key, part in members:
-            h.update(bytes(key) + int(part).to_bytes(8, "little", signed=True))
-    return h.hexdigest()
-
-
-def state_rows(db: Any, version: int) -> dict[str, list[tuple[bytes, int]]]:
-    """``{name: [(content hash, part), ...]}`` of `version` as the rows say, for :func:`state_digest`
-    (what a commit records; a read that did not read every row checks the head with it)."""
-    names = dict(db.execute("SELECT label, name FROM names WHERE added <= ? AND (removed IS NULL OR removed > ?)",
-                            (version, version)).fetchall())
-    rows = db.execute(  # the rows alive now or removed after `version` (as a read visits them: indexed)
-        "SELECT m.label, m.pos, m.id, c.hash, m.part FROM members m JOIN contents c ON c.id = m.content "
-        "WHERE m.removed IS NULL AND m.added <= ? UNION ALL SELECT m.label, m.pos, m.id, c.hash, m.part "
-        "FROM members m JOIN contents c ON c.id = m.content WHERE m.removed > ? AND m.added <= ?",
-        (version, version, version)).fetchall()
-    rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    labels: dict[str, list[tuple[bytes, int]]] = {}
-    for label, _, _, key, part in rows:
-        if label not in names:
-            raise DyntcError(f"the store is damaged: version {version} has examples of a label without a name; "
-                             "restore an earlier version")
-        labels.setdefault(names[label], []).append((bytes(key), part))
-    return labels
-
-
-def check_state(expected: str | None, labels: Mapping[str, Sequence[tuple[bytes, int]]], version: int) -> None:
-    """Raise the store's "damaged" error unless `labels` (as :func:`state_rows` gives) is the state
-    version `version` recorded; versions committed before format 4 recorded none (`expected` None)."""
-    if expected is not None and state_digest(labels) != expected:
-        raise DyntcError(f"the store is damaged: the label names or the examples each label holds in version "
-                         f"{version} do not match its digest (a row of the names or members table was changed "
-                         "outside dyntc); restore another version")
 
 
 def document_bytes(document: dict) -> bytes:

@@ -19,8 +19,9 @@ from dyntc._version import __version__
 from dyntc.classifier.store.changes import Changes, changes_since
 from dyntc.classifier.store.common import StoreFullError, StoreUnavailableError
 from dyntc.classifier.store.dialect import dialect_for, location_of
-from dyntc.classifier.store.schema import (STORE_FORMAT, UPGRADABLE_FORMATS, Snapshot, check_state, content_hash,
-                                           digest, head, meta, now, points_tensor, read_format, schema_statements)
+from dyntc.classifier.store import state as states
+from dyntc.classifier.store.schema import (STORE_FORMAT, UPGRADABLE_FORMATS, Snapshot, content_hash, digest, head,
+                                           meta, now, points_tensor, read_format, schema_statements)
 from dyntc.classifier.store.transaction import Transaction
 from dyntc.classifier.store.upgrade import upgrade
 from dyntc.errors import DyntcError, VersionNotFoundError, is_int
@@ -192,7 +193,7 @@ class ModelStore:
                 raise DyntcError(f"the store is damaged: label {name!r} of version {version} has non-finite points; "
                                  "restore an earlier version")
             labels[name] = (texts, tensor, parts)
-        check_state(row[2], state, version)
+        states.check(row[2], states.state_of(state.items()), version)
         return Snapshot(meta(db, "store_id") or "", version, document, weights, row[1], labels)
 
     @staticmethod
