@@ -117,6 +117,23 @@ def test_a_burst_of_writes_costs_at_most_two_refreshes_and_the_newest_is_trained
         srv.stop()
 
 
+def test_the_refresher_lets_requests_go_first_and_still_finishes(monkeypatch):
+    """Before each loss evaluation a refresh waits while requests embed, a bounded time, so a service
+    that is never idle still gets its head trained."""
+    from dyntc.classifier.service import service
+
+    monkeypatch.setattr(service, "REFRESH_YIELD_MAX_S", 0.01)
+    clf = toy_classifier()
+    clf.auto_refresh = False
+    clf.add_examples("alarm", ["an alarm at nine please"])
+    assert clf.head_status()["imprinted"] == ["alarm"]
+    asked = []
+    refresher = service.HeadRefresher(lambda: clf, threading.Event(), busy=lambda: asked.append(1) or 1)
+    refresher._refresh_newest()
+    assert refresher.refreshes == 1 and clf.head_status()["imprinted"] == []
+    assert len(asked) >= 2  # consulted before evaluations, and waited on: always busy
+
+
 def test_a_version_committed_elsewhere_is_served_at_once_without_training(fitted, tmp_path):
     """A version loaded from the store (another process's commit, or a write replayed on it) answers
     with the head carried over: only the changed label is scored by its prototype, nothing trained
@@ -139,6 +156,25 @@ def test_a_version_committed_elsewhere_is_served_at_once_without_training(fitted
         assert head["refreshes"] == 0 and head["imprinted"] == 3  # greeting, timer, thanks; the rest carried
     finally:
         srv.stop()
+
+
+def test_a_replica_serves_another_replicas_write_on_postgresql_without_training(postgres, tmp_path):
+    """Two replicas of one PostgreSQL model: a write through one is served by the other as soon as it
+    is read (its head carried over, the new label scored by its prototype), with no refresh run."""
+    url = toy_classifier(head_options={"refresh_delay": 600}).save(postgres.url())
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = Server(url, tmp_path / "a"), Server(url, tmp_path / "b")
+    try:
+        status, body = a.call("POST", "/labels", {"name": "greeting", "examples": ["hello there", "hi", "hey"]})
+        assert status == 201 and body["version"] == 2
+        assert eventually(lambda: health(b)["version"] == 2)
+        assert b.call("POST", "/predict", {"texts": ["hello there"]})[1]["version"] == 2
+        head = health(b)["head"]
+        assert head["refreshes"] == 0 and head["imprinted"] == 1, head
+    finally:
+        a.stop()
+        b.stop()
 
 
 # ------------------------------------------------------------------------------ 5. a store restored or replaced
