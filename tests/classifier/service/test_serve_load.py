@@ -158,23 +158,21 @@ def test_a_version_committed_elsewhere_is_served_at_once_without_training(fitted
         srv.stop()
 
 
-def test_a_replica_serves_another_replicas_write_on_postgresql_without_training(postgres, tmp_path):
-    """Two replicas of one PostgreSQL model: a write through one is served by the other as soon as it
-    is read (its head carried over, the new label scored by its prototype), with no refresh run."""
+def test_another_replicas_write_on_postgresql_is_served_without_training(postgres, tmp_path):
+    """A replica of a PostgreSQL model serves a version another writer committed (another replica,
+    here this process: announced the same way, by NOTIFY) as soon as it is read, its head carried
+    over and the new label scored by its prototype, with no refresh run."""
     url = toy_classifier(head_options={"refresh_delay": 600}).save(postgres.url())
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    a, b = Server(url, tmp_path / "a"), Server(url, tmp_path / "b")
+    srv = Server(url, tmp_path)
     try:
-        status, body = a.call("POST", "/labels", {"name": "greeting", "examples": ["hello there", "hi", "hey"]})
-        assert status == 201 and body["version"] == 2
-        assert eventually(lambda: health(b)["version"] == 2)
-        assert b.call("POST", "/predict", {"texts": ["hello there"]})[1]["version"] == 2
-        head = health(b)["head"]
+        with DynamicClassifier.edit(url) as other:
+            other.add_label("greeting", ["hello there", "hi", "hey"])
+        assert eventually(lambda: health(srv)["version"] == 2)
+        assert srv.call("POST", "/predict", {"texts": ["hello there"]})[1]["version"] == 2
+        head = health(srv)["head"]
         assert head["refreshes"] == 0 and head["imprinted"] == 1, head
     finally:
-        a.stop()
-        b.stop()
+        srv.stop()
 
 
 # ------------------------------------------------------------------------------ 5. a store restored or replaced
