@@ -24,7 +24,9 @@ from dyntc.errors import DyntcError, is_int
 
 
 #: Version of the classifier's stored description (params, calibration); the store has its own.
-CLASSIFIER_FORMAT = 2
+#: 3: a pretrained backbone's weights hold only its trained layers (the frozen ones come from its files).
+CLASSIFIER_FORMAT = 3
+READABLE_FORMATS = (2, 3)  # format 2 stored the whole backbone, which format 3 reads as well
 
 
 def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params: dict, calibration: Calibration | None,
@@ -99,9 +101,9 @@ def commit_edit(store: ModelStore, clf: Any, log: list, op: str) -> tuple[str, i
 def stored_params(snap: Snapshot, param_names: Sequence[str]) -> dict:
     """The constructor parameters a stored version was saved with (those among `param_names`), on the CPU."""
     doc = snap.document
-    if doc.get("format") != CLASSIFIER_FORMAT:
-        raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads format "
-                         f"{CLASSIFIER_FORMAT}: refit it or use the dyntc version that wrote it")
+    if doc.get("format") not in READABLE_FORMATS:
+        raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads formats "
+                         f"{', '.join(map(str, READABLE_FORMATS))}: refit it or use the dyntc version that wrote it")
     params = {k: v for k, v in (doc.get("params") or {}).items() if k in param_names}
     params["device"] = "cpu"
     params.setdefault("debias", False)  # saved before the support-size correction existed: predict as then
