@@ -60,9 +60,9 @@ class TuneReport:
         return asdict(self)
 
 
-def check_budget(budget_s: Any) -> float:
+def check_budget(budget_s: Any, arg: str = "budget_s") -> float:
     if isinstance(budget_s, bool) or not is_number(budget_s) or not math.isfinite(budget_s) or budget_s <= 0:
-        raise DyntcError(f"budget_s must be a finite number of seconds > 0, got {budget_s!r}")
+        raise DyntcError(f"{arg} must be a finite number of seconds > 0, got {budget_s!r}")
     return float(budget_s)
 
 
