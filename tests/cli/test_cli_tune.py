@@ -126,3 +126,20 @@ def test_a_served_replica_answers_with_the_tuned_version(minilm_model, tmp_path,
     served = DynamicClassifier.load(minilm_model)
     assert served.train == "backbone" and served.version_ == version + 1
     np.testing.assert_allclose(served.labels_.support("flip_coin").points.numpy(), served.encode(new), atol=2e-5)
+
+
+@pytest.mark.slow
+def test_executor_ray_runs_the_tune_as_a_ray_task(minilm_model, dyntc_cli):
+    """--executor ray on a local Ray instance: the task commits the version; its errors come back as one line."""
+    pytest.importorskip("ray")
+    code, out, err = dyntc_cli("tune", minilm_model, "--budget", "60", "--episodes", "1", "--executor", "ray",
+                               "--address", "local")
+    assert code == 0, err
+    assert json.loads(out)["version"] == 2 and DynamicClassifier.load(minilm_model).train == "backbone"
+    code, out, err = dyntc_cli("tune", minilm_model, "--device", "cuda:7", "--executor", "ray", "--address", "local")
+    if not torch.cuda.is_available():
+        assert code == 2 and "the Ray cluster has no GPU" in err and len(err.splitlines()) == 1, err
+    code, out, err = dyntc_cli("tune", minilm_model, "--budget", "60", "--episodes", "1", "--executor", "ray",
+                               "--address", "local", "--device", "tpu")
+    assert code == 2 and err == "error: --device must be cpu or cuda (cuda:N), got 'tpu'\n", err
+    assert ModelStore.open(minilm_model).head_version() == 2

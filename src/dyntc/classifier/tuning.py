@@ -221,7 +221,7 @@ def tune_model(cls: type, location: Any, budget_s: Any = DEFAULT_BUDGET_S, *, de
         store_id = txn.store_id
     tuned._committed(store_id, version)
     weights = sum(v.numel() * v.element_size() for v in stored_state(space.model).values())
-    report = TuneReport(str(store.location), base.version_, version, result.steps, round(result.seconds, 2),
+    report = TuneReport(store.where, base.version_, version, result.steps, round(result.seconds, 2),
                         round(time.perf_counter() - started, 2), replayed, weights, how)
     return tuned, report
 

@@ -4,6 +4,7 @@ as one new version (:mod:`dyntc.classifier.tuning`), here or as a Ray task (``--
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -50,7 +51,9 @@ def tune(
     if oos is not None and calibrate is None:
         raise DyntcError("--oos measures the rejection of --calibrate: give --calibrate too")
     if executor == "local":
-        check_device(device, "--device")  # a Ray task checks where it runs
+        check_device(device, "--device")
+    elif not re.fullmatch(r"cpu|cuda(:\d+)?", device):  # whether it is there, the Ray task checks where it runs
+        raise DyntcError(f"--device must be cpu or cuda (cuda:N), got {device!r}")
     held_out = None
     if calibrate is not None:
         held_out = read_labelled(calibrate, text_col, label_col)
@@ -86,10 +89,14 @@ def _on_ray(address: str | None, device: str, args: tuple) -> dict:
     except ImportError as exc:
         raise DyntcError(f"--executor ray needs Ray, which is not installed here ({exc}): {RAY_INSTALL}") from None
     address = address or os.environ.get("RAY_ADDRESS") or None
+    ours = not ray.is_initialized()  # a process that connected already (a test, a notebook) stays connected
     ray.init(address=address, include_dashboard=False, log_to_driver=True, ignore_reinit_error=True,
              runtime_env={"env_vars": {k: os.environ[k] for k in ("PYTHONPATH", "DYNTC_DATA", "DYNTC_CACHE")
                                        if k in os.environ}})
     try:
+        if device.startswith("cuda") and not ray.cluster_resources().get("GPU"):
+            raise DyntcError(f"--device {device}: the Ray cluster has no GPU (it would wait for one forever); use "
+                             "--device cpu or a cluster with a GPU node")
         task = ray.remote(num_cpus=1, num_gpus=1 if device.startswith("cuda") else 0, max_retries=0)(_tune)
         try:
             return ray.get(task.remote(*args))
@@ -99,4 +106,5 @@ def _on_ray(address: str | None, device: str, args: tuple) -> dict:
                 raise DyntcError(str(cause).splitlines()[-1].split(": ", 1)[-1]) from None
             raise
     finally:
-        ray.shutdown()
+        if ours:
+            ray.shutdown()
