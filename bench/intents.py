@@ -349,14 +349,13 @@ class Product(Approach):
         from dyntc import DynamicClassifier
         from dyntc.classifier.store import ModelStore
 
-        path = tempfile.mkdtemp(prefix="dyntc-bench-tune-")
-        self.clf.save(path)
-        store = ModelStore.open(path)
-        before = store.size_bytes()
-        report = DynamicClassifier.tune_saved(path, self.tune)
-        self.clf = DynamicClassifier.load(path)
-        self.clf.set_params(head_options={"refresh_delay": 3600.0})
-        self.tune_info = {**report.to_dict(), "store_growth_bytes": store.size_bytes() - before}
+        with tempfile.TemporaryDirectory(prefix="dyntc-bench-tune-") as path:
+            self.clf.save(path)
+            store = ModelStore.open(path)
+            before = store.size_bytes()
+            report = DynamicClassifier.tune_saved(path, self.tune)
+            self.clf = DynamicClassifier.load(path)  # the tuned version, as a replica would load it
+            self.tune_info = {**report.to_dict(), "store_growth_bytes": store.size_bytes() - before}
 
     def scores_texts(self, texts):
         s = self.clf.label_scores(texts)
