@@ -35,7 +35,8 @@ def data(clinc_raw):
 @pytest.fixture(scope="module")
 def frozen(data):
     texts = [t for y in INTENTS for t in data["train"][y]]
-    return DynamicClassifier(n_support=2, n_query=12).fit(texts, [y for y in INTENTS for _ in data["train"][y]])  # small episodes
+    labels = [y for y in INTENTS for _ in data["train"][y]]
+    return DynamicClassifier(n_support=2, n_query=12).fit(texts, labels)  # small episodes
 
 
 def _saved(frozen, location):

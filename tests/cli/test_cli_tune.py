@@ -26,7 +26,8 @@ pytest.importorskip("sentence_transformers")
 @pytest.fixture(scope="module")
 def _minilm_master(tmp_path_factory):
     root = tmp_path_factory.mktemp("minilm")
-    DynamicClassifier(n_support=2, n_query=12).fit([t for y in LABELS for t in TEXTS[y]], [y for y in LABELS for _ in TEXTS[y]]).save(root / "m")
+    clf = DynamicClassifier(n_support=2, n_query=12)  # small episodes
+    clf.fit([t for y in LABELS for t in TEXTS[y]], [y for y in LABELS for _ in TEXTS[y]]).save(root / "m")
     return root / "m"
 
 

@@ -400,32 +400,12 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
             self.refresh(wait=True)
         return self
 
-    def tune(self, budget_s: float = tuning.DEFAULT_BUDGET_S, *, device: str | None = None,
-             episodes: int | None = None, calibration: tuple | None = None) -> Self:
-        """Fine-tune the pretrained backbone's top layers on the current support sets for at most
-        `budget_s` seconds (or ``episodes`` episodes, default the ``episodes`` parameter) on `device`
-        (default the ``device`` parameter), as ``train="backbone"`` does at ``fit``; then every support
-        example is embedded again and the head retrained, and the classifier has ``train="backbone"``.
-        The calibration is refitted on `calibration` = ``(texts, labels[, oos_texts])`` held out from
-        the support sets, or dropped with a :class:`~dyntc.errors.DyntcWarning`. A model that serves
-        from a store is tuned with :meth:`tune_saved`, which does not block its writers
-        (:mod:`~dyntc.classifier.tuning`). The training result is ``tune_result_``."""
-        self._check_fitted()
-        self.tune_result_ = tuning.tune_in_place(self, budget_s, device, episodes, calibration)
-        return self
+    # ------------------------------------------------------------------ tuning the backbone (classifier/tuning.py)
 
-    @classmethod
-    def tune_saved(cls, path: str | Path | ModelStore, budget_s: float = tuning.DEFAULT_BUDGET_S, *,
-                   device: str = "cpu", episodes: int | None = None, calibration: tuple | None = None,
-                   progress: bool = False) -> "tuning.TuneReport":
-        """:meth:`tune` the newest version of the classifier saved at `path` (a model directory or a
-        ``postgresql://`` URL) without holding its store's lock, and commit the result as one new
-        version; label changes other writers committed meanwhile are embedded with the tuned backbone
-        before the commit, so none is lost, and a tune that fails or is interrupted commits nothing.
-        Services following the store serve the new version like any other. Returns a
-        :class:`~dyntc.classifier.tuning.TuneReport`."""
-        return tuning.tune_model(cls, path, budget_s, device=device, episodes=episodes, calibration=calibration,
-                                 progress=progress)[1]
+    # tune(budget_s=600, *, device=None, episodes=None, calibration=None) -> self, in memory;
+    # tune_saved(path, budget_s=600, *, device="cpu", ...) -> TuneReport, a saved model tuned as one new version
+    tune = tuning.tune_for
+    tune_saved = classmethod(tuning.tune_saved_for)
 
     # ------------------------------------------------------------------ label operations
     # Each changes the label set at once and returns the new ``classes_``; the cosine head scores a

@@ -197,7 +197,8 @@ def tune_model(cls: type, location: Any, budget_s: Any = DEFAULT_BUDGET_S, *, de
     snap = store.read()  # catch up without the lock: writers committed meanwhile
     _check_network(snap, base_weights, store.where)
     replayed = _points(space, points, snap.labels)
-    params, codec = saving.stored_params(snap, cls._get_param_names()), LabelCodec.from_document(snap.document.get("label_type"))
+    params = saving.stored_params(snap, cls._get_param_names())
+    codec = LabelCodec.from_document(snap.document.get("label_type"))
     tuned = tuned_classifier(cls, space, points, params, codec, snap.labels, None, None)
     if tuned.head is not None:
         tuned.refresh(wait=True)
@@ -247,3 +248,31 @@ def tune_in_place(clf: Any, budget_s: Any, device: str | None, episodes: int | N
         clf.refresh(wait=True)
     settle_calibration(clf, had, calibration)
     return result
+
+
+def tune_for(clf: Any, budget_s: float = DEFAULT_BUDGET_S, *, device: str | None = None, episodes: int | None = None,
+             calibration: Sequence | None = None) -> Any:
+    """Fine-tune the pretrained backbone's top layers on the current support sets for at most
+    `budget_s` seconds (or ``episodes`` episodes, default the ``episodes`` parameter) on `device`
+    (default the ``device`` parameter), as ``train="backbone"`` does at ``fit``; then every support
+    example is embedded again and the head retrained, and the classifier has ``train="backbone"``.
+    The calibration is refitted on `calibration` = ``(texts, labels[, oos_texts])`` held out from
+    the support sets, or dropped with a :class:`~dyntc.errors.DyntcWarning`. A model that serves
+    from a store is tuned with :meth:`tune_saved`, which does not block its writers. The training
+    result is ``tune_result_``. Returns the classifier."""
+    clf._check_fitted()
+    clf.tune_result_ = tune_in_place(clf, budget_s, device, episodes, calibration)
+    return clf
+
+
+def tune_saved_for(cls: type, path: Any, budget_s: float = DEFAULT_BUDGET_S, *, device: str = "cpu",
+                   episodes: int | None = None, calibration: Sequence | None = None, progress: bool = False
+                   ) -> TuneReport:
+    """:meth:`tune` the newest version of the classifier saved at `path` (a model directory, a
+    ``postgresql://`` URL or an open store) without holding its store's lock, and commit the result
+    as one new version (:func:`tune_model`): label changes other writers committed meanwhile are
+    embedded with the tuned backbone before the commit, so none is lost, and a tune that fails or is
+    interrupted commits nothing. Services following the store serve the new version like any other.
+    `progress`: a bar over the training episodes. Returns a :class:`TuneReport`."""
+    return tune_model(cls, path, budget_s, device=device, episodes=episodes, calibration=calibration,
+                      progress=progress)[1]
