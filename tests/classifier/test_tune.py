@@ -259,3 +259,32 @@ def test_bad_devices_models_and_episodes_get_clear_errors(frozen, tmp_path):
     with DynamicClassifier.edit(path) as clf, pytest.raises(DyntcError, match="cannot run inside"):
         clf.tune(60)
     assert ModelStore.open(path).head_version() == 1
+
+
+def test_older_formats_still_load_and_a_different_backbone_is_refused(frozen, data, tmp_path):
+    """A version of classifier format 2 (the whole backbone in its weights) loads as before; a tuned
+    version whose recorded backbone fingerprint is not the installed backbone's is refused."""
+    from safetensors.torch import save as save_safetensors
+
+    clf = frozen.copy().tune(60, episodes=1)
+    clf.save(tmp_path / "m")
+    store = ModelStore.open(tmp_path / "m")
+    snap = store.read()
+    assert snap.document["format"] == 3
+    whole = save_safetensors({k: v.contiguous() for k, v in clf.model_.state_dict().items()})
+    assert len(whole) > 5 * len(snap.weights)  # format 3 keeps the two trained layers only
+    queries = [t for t, _ in data["test"][:8]]
+    with store.transaction() as txn:
+        txn.commit(op="save", detail=[{"op": "save"}], document={**snap.document, "format": 2}, weights=whole,
+                   labels={}, replace_all=False)
+    old = DynamicClassifier.load(tmp_path / "m")
+    assert old.version_ == 2 and np.array_equal(old.encode(queries), clf.encode(queries))
+    for document, words in [({**snap.document, "format": 4}, "format 4; this dyntc reads formats 2, 3"),
+                            ({**snap.document, "encoder": {**snap.document["encoder"], "fingerprint": {
+                                **snap.document["encoder"]["fingerprint"], "weights": "0" * 16}}},
+                             "takes the others from its backbone, whose weights differ")]:
+        with store.transaction() as txn:
+            txn.commit(op="save", detail=[{"op": "save"}], document=document, weights=snap.weights_hash, labels={},
+                       replace_all=False)
+        with pytest.raises(DyntcError, match=words):
+            DynamicClassifier.load(tmp_path / "m")
