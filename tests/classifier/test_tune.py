@@ -247,6 +247,8 @@ def test_bad_devices_models_and_episodes_get_clear_errors(frozen, tmp_path):
         DynamicClassifier.tune_saved(path, 60, device="gpu0")
     with pytest.raises(DyntcError, match="episodes must be None .* or an integer >= 1"):
         DynamicClassifier.tune_saved(path, 60, episodes=0)
+    with pytest.raises(DyntcError, match="calibration must be None or \\(texts, labels\\)"):
+        DynamicClassifier.tune_saved(path, 60, calibration=["only texts"])
     few = DynamicClassifier().fit(["wake me up at 7", "what is my balance", "set a timer"], ["alarm", "balance", "timer"])
     with pytest.raises(DyntcError, match="too few examples to tune: .* n_support \\+ 1 = 5"):
         few.tune(60)

@@ -159,8 +159,6 @@ def settle_calibration(clf: Any, had: Any, held_out: Sequence | None) -> str | N
     """Refit `clf`'s calibration on `held_out` (``(texts, labels)`` or ``(texts, labels, oos_texts)``),
     with the settings of the old one `had`; else drop it, with a warning if there was one."""
     if held_out is not None:
-        if not (isinstance(held_out, (tuple, list)) and len(held_out) in (2, 3)):
-            raise DyntcError("calibration must be (texts, labels) or (texts, labels, oos_texts) of held-out texts")
         drop = had.max_accuracy_drop if had is not None else 0.02
         clf.calibrate(*held_out, max_accuracy_drop=drop)
         return "refitted"
@@ -171,6 +169,12 @@ def settle_calibration(clf: Any, had: Any, held_out: Sequence | None) -> str | N
                   "scores and is dropped: calibrate the tuned model on held-out texts (`dyntc calibrate`, "
                   "DynamicClassifier.calibrate, or the tune's calibration argument)", DyntcWarning, stacklevel=3)
     return "dropped"
+
+
+def check_held_out(held_out: Any) -> None:
+    if held_out is not None and not (isinstance(held_out, (tuple, list)) and len(held_out) in (2, 3)):
+        raise DyntcError("calibration must be None or (texts, labels) or (texts, labels, oos_texts) of held-out texts, "
+                         f"got {type(held_out).__name__}")
 
 
 def _check_network(snap: Any, base_weights: str, location: str) -> None:
@@ -189,6 +193,7 @@ def tune_model(cls: type, location: Any, budget_s: Any = DEFAULT_BUDGET_S, *, de
     started = time.perf_counter()
     budget_s = check_budget(budget_s)
     device = str(check_device(device, "device"))
+    check_held_out(calibration)
     store = saving.open_store(location)
     base = cls.load(store)
     base_weights = base.space_.weights()[1]
@@ -234,6 +239,7 @@ def tune_in_place(clf: Any, budget_s: Any, device: str | None, episodes: int | N
 
     budget_s = check_budget(budget_s)
     device = str(check_device(clf.device if device is None else device, "device"))
+    check_held_out(calibration)
     if "_replay" in clf.__dict__:
         raise DyntcError("tune cannot run inside DynamicClassifier.edit (a replay would train again under the store's "
                          "lock): use DynamicClassifier.tune_saved(path), which replays the writes made meanwhile")
