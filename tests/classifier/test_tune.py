@@ -76,7 +76,9 @@ def test_tuned_version_reloads_bit_identically_and_embeds_with_the_tuned_backbon
     assert back.predict(["could you flip a coin"]).tolist() == ["flip_coin"]
 
 
-def test_in_place_tune_then_save_and_load(frozen, data):
+def test_tune_in_memory_and_again_from_the_tuned_weights(frozen, data):
+    """tune() changes this classifier only (a copy, sharing the network, keeps its backbone); a tuned
+    classifier tunes on from its own weights into a new network."""
     clf = frozen.copy()
     before = clf.encode(data["train"]["alarm"][:3])
     assert clf.tune(60, episodes=2) is clf
@@ -84,8 +86,11 @@ def test_in_place_tune_then_save_and_load(frozen, data):
     assert not np.allclose(clf.encode(data["train"]["alarm"][:3]), before, atol=1e-4)
     _stored_points_match(clf)
     assert frozen.train is None and np.array_equal(frozen.encode(data["train"]["alarm"][:3]), before)  # copy untouched
+    tuned_points = clf.encode(data["train"]["alarm"][:3])
     again = clf.copy().tune(60, episodes=1)  # a tuned model goes on from its own weights
-    assert again.tune_result_.steps == 1
+    assert again.tune_result_.steps == 1 and again.model_ is not clf.model_
+    assert np.array_equal(clf.encode(data["train"]["alarm"][:3]), tuned_points)
+    assert not np.allclose(again.encode(data["train"]["alarm"][:3]), tuned_points, atol=1e-6)
 
 
 def test_a_tune_while_writers_write_loses_nothing(frozen, data, tmp_path, monkeypatch):
