@@ -21,8 +21,8 @@ def tune(
     budget: Annotated[float, typer.Option(help="Seconds of training at most (the tune then embeds the support "
                                                 "sets and commits)")] = 600.0,
     device: Annotated[str, typer.Option(help="Where to train: cpu or cuda (cuda:N)")] = "cpu",
-    episodes: Annotated[Optional[int], typer.Option(help="Episodes at most [default: the model's episodes "
-                                                         "parameter, 1000]")] = None,
+    episodes: Annotated[Optional[int], typer.Option(help="Episodes at most (default: the model's episodes "
+                                                         "parameter, 1000)")] = None,
     calibrate: Annotated[Optional[Path], typer.Option(help="Held-out labelled texts (.csv/.tsv/.jsonl, not support "
                                                            "examples) to refit the calibration on; without it a "
                                                            "calibration is dropped")] = None,
@@ -31,8 +31,8 @@ def tune(
     label_col: Annotated[str, typer.Option(help="Column with the labels (--calibrate)")] = "label",
     executor: Annotated[str, typer.Option(help="local (this process) or ray (a Ray task; a model directory must "
                                                 "be reachable from the Ray node, a postgresql:// model is)")] = "local",
-    address: Annotated[Optional[str], typer.Option(help="With --executor ray: the Ray cluster's address [default: "
-                                                        "RAY_ADDRESS, else a local Ray instance]")] = None,
+    address: Annotated[Optional[str], typer.Option(help="With --executor ray: the Ray cluster's address "
+                                                        "(default: RAY_ADDRESS, else a local Ray instance)")] = None,
     progress: ProgressOpt = None,
 ) -> None:
     """Fine-tune the model's backbone on its support sets and commit it as a new version, without stopping
