@@ -102,6 +102,11 @@ def main() -> None:
     except click_errors.ClickException as exc:  # e.g. a file option that cannot be opened
         print(f"error: {exc.format_message()}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:  # a file the user named that cannot be read or written (a missing folder, a full disk)
+        if exc.filename is None:
+            raise
+        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(1)
     finally:
         warnings.showwarning = shown
     sys.exit(code if isinstance(code, int) else 0)
