@@ -8,6 +8,7 @@ one ``warning: ...`` line each. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -38,7 +39,11 @@ app = typer.Typer(
 )
 
 
+@functools.cache
 def _register() -> None:
+    """Adds the commands to `app`, once per process (typer appends a command each time it is
+    registered, and builds every registered one on each call: `main()` called again in one process,
+    as the tests and embedding programs do, would otherwise grow slower with each call)."""
     from dyntc.cli import classifier, labels, reproduce, serve, train
 
     app.command("datasets")(train.datasets)
