@@ -55,7 +55,7 @@ from dyntc.classifier.params import (
     check_new_params, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
 from dyntc.classifier.replay import recorded
-from dyntc.classifier.store import ModelStore, is_store
+from dyntc.classifier.store import ModelStore
 from dyntc.classifier.targets import LabelCodec, as_texts, flat_labels, json_label
 from dyntc.errors import DyntcError, NotFittedError
 
@@ -652,8 +652,9 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         """Accuracy of :meth:`predict` on (`texts`, `labels`), weighted by `sample_weight` if given."""
         labels = flat_labels(labels)
         texts, _ = trainer.check_pairs(*self._targets.encoded(texts, labels))
+        weights = trainer.check_sample_weight(sample_weight, len(texts))
         hits = [p == y for p, y in zip(self.predict(texts).tolist(), labels)]
-        return float(np.average(hits, weights=sample_weight))
+        return float(np.average(hits, weights=weights))
 
     # ------------------------------------------------------------------ calibration
     # The temperature of predict_proba and the out-of-scope threshold of predict(reject=True)
@@ -727,10 +728,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         version on disk.
         """
         self._check_fitted()
-        if isinstance(path, ModelStore):
-            store = path
-        else:
-            store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
+        store = saving.target_store(path)
         with store.transaction() as txn:
             version = saving.write_version(txn, self.space_, self._labels, self.get_params(), self.calibration_,
                                            self._source, "save", check_base=True, label_type=self._targets.document())
