@@ -4,6 +4,7 @@ any work is done. The toy (hashing encoder) classifier of tests/_toy.py, fitted 
 
 import math
 
+import numpy as np
 import pytest
 
 from dyntc import DynamicClassifier
@@ -51,6 +52,15 @@ def saved(clf, tmp_path_factory):
     (lambda c, p: c.suggest(min_share=math.nan), r"min_share must be a number in \(0, 0.5\], got nan"),
     (lambda c, p: DynamicClassifier(encoder="hashing", seed=-1).fit(TEXTS["alarm"], ["alarm"] * 10),
      "seed must be an integer >= 0, got -1"),
+    (lambda c, p: c.prediction_records(np.zeros((1, 7))), r"scores must be \(n, 4\), one column per label .* got shape \(1, 7\)"),
+    (lambda c, p: c.nearest_labels(np.zeros((1, 7)), 2), r"sq_distances must be \(n, 4\).* got shape \(1, 7\)"),
+    (lambda c, p: c.nearest_labels(np.zeros((1, 4)), 0), "k must be an integer >= 1, got 0"),
+    (lambda c, p: c.squared_distances(np.zeros((2, 3))), r"scores must be \(n, 4\).* got shape \(2, 3\)"),
+    (lambda c, p: c.proba_from_scores(np.zeros(4)), r"scores must be \(n, 4\).* got shape \(4,\) \(a two-label decision"),
+    (lambda c, p: c.copy().split_label("alarm", {"a": TEXTS["alarm"][:5], "b": TEXTS["alarm"][5:]}, reassign="yes"),
+     "reassign must be True or False, got 'yes'"),
+    (lambda c, p: c.suggest(min_part=True), "min_part must be an integer >= 1, got True"),
+    (lambda c, p: c.suggest(top=True), "top must be None or an integer >= 1, got True"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_a_bad_argument_is_a_dyntc_error_naming_it(clf, saved, call, match):
     with pytest.raises(DyntcError, match=match):
@@ -64,6 +74,12 @@ def test_score_weights_count_each_text_as_given(clf):
     assert clf.score(TWO, LABELLED) == 0.5
     assert clf.score(TWO, LABELLED, sample_weight=[3, 1]) == 0.75
     assert clf.score(TWO, LABELLED, sample_weight=[0, 1]) == 0.0
+
+
+def test_a_two_label_decision_function_still_gives_probabilities():
+    two = DynamicClassifier(encoder="hashing").fit(TEXTS["alarm"] + TEXTS["weather"], ["alarm"] * 10 + ["weather"] * 10)
+    texts = ["wake me at five", "is it raining"]
+    np.testing.assert_allclose(two.proba_from_scores(two.decision_function(texts)), two.predict_proba(texts), atol=1e-12)
 
 
 def test_versions_limit_and_seed_none_still_work(clf, saved):

@@ -106,3 +106,22 @@ def test_calibrate_draws_its_report(toy_model, dyntc_cli, toy_files):
     assert cal["auroc"] == pytest.approx(_auroc_by_hand(toy_model, dev, oos_texts))
     for png in ("reliability.png", "distances.png"):
         assert (toy_files / "cal" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_and_calibrate_report_on_a_two_label_model(dyntc_cli, toy_files):
+    """A two-label model's decision_function is 1-D; the reports read label_scores, one column a label."""
+    rows = [r for r in _rows(toy_files / "train.csv") if r[1] in ("alarm", "weather")]
+    DynamicClassifier(encoder="hashing").fit(*zip(*rows)).save(toy_files / "two")
+    dev = [r for r in _rows(toy_files / "dev.csv") if r[1] in ("alarm", "weather")]
+    write_csv(toy_files / "dev2.csv", dev)
+    code, out, err = dyntc_cli("evaluate", toy_files / "two", "--data", toy_files / "dev2.csv", "--report-dir", toy_files / "r")
+    assert code == 0, err
+    rep = json.loads((toy_files / "r" / "report.json").read_text())
+    pred = DynamicClassifier.load(toy_files / "two").predict([t for t, _ in dev]).tolist()
+    assert rep["n"] == 6 and rep["accuracy"] == pytest.approx(np.mean([p == y for p, (_, y) in zip(pred, dev)]))
+    code, out, err = dyntc_cli("calibrate", toy_files / "two", "--data", toy_files / "dev2.csv", "--oos", toy_files / "oos.txt",
+                               "--report-dir", toy_files / "cal")
+    assert code == 0, err
+    cal = json.loads((toy_files / "cal" / "calibration.json").read_text())
+    oos_texts = (toy_files / "oos.txt").read_text().splitlines()
+    assert cal["auroc"] == pytest.approx(_auroc_by_hand(toy_files / "two", [t for t, _ in dev], oos_texts))

@@ -32,7 +32,7 @@ import numpy as np
 from dyntc.classifier import clustering as cl
 from dyntc.classifier.discovery import _known, check_seed, unique_name
 from dyntc.classifier.labels import LabelSet
-from dyntc.errors import DyntcError, is_number
+from dyntc.errors import DyntcError, is_int, is_number
 
 MERGE_RATE = 0.3
 SPLIT_RATIO = 2.5
@@ -84,9 +84,9 @@ def suggest(labels: LabelSet, *, merge_rate: float = MERGE_RATE, split_ratio: fl
     merge_rate = _check(merge_rate, "merge_rate", 1.0)
     split_ratio = _check(split_ratio, "split_ratio")
     min_share = _check(min_share, "min_share", 0.5)
-    if not (isinstance(min_part, int) and min_part >= 1):
+    if not (is_int(min_part) and min_part >= 1):
         raise DyntcError(f"min_part must be an integer >= 1, got {min_part!r}")
-    if top is not None and not (isinstance(top, int) and top >= 1):
+    if top is not None and not (is_int(top) and top >= 1):
         raise DyntcError(f"top must be None or an integer >= 1, got {top!r}")
     seed = check_seed(seed)
     if len(labels) < 2:
