@@ -31,9 +31,9 @@ def check_scores(scores: Any, n_classes: int, arg: str = "scores", one_d: bool =
     if one_d and n_classes == 2 and len(shape) == 1:
         return scores
     if len(shape) != 2 or shape[1] != n_classes:
-        two = " or a two-label decision_function" if one_d else ""
-        raise DyntcError(f"{arg} must be (n, {n_classes}), one column per label of classes_ (label_scores(texts){two}), "
-                         f"got shape {shape}" + (" (a two-label decision_function is 1-D)" if len(shape) == 1 else ""))
+        source = "squared_distances(label_scores(texts))" if arg == "sq_distances" else "label_scores(texts)"
+        raise DyntcError(f"{arg} must be (n, {n_classes}), one column per label of classes_, got shape {shape}"
+                         + (" (a two-label decision_function is 1-D)" if len(shape) == 1 else "") + f": pass {source}")
     return scores
 
 
