@@ -19,7 +19,7 @@ from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import space_options
-from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store
+from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store, is_store
 from dyntc.errors import DyntcError, is_int
 
 
@@ -126,7 +126,18 @@ def open_store(location: str | Path | ModelStore) -> ModelStore:
     return location if isinstance(location, ModelStore) else ModelStore.open(location)
 
 
+def target_store(location: str | Path | ModelStore) -> ModelStore:
+    """The store a save writes to: the one at `location`, or a new one created there."""
+    if isinstance(location, ModelStore):
+        return location
+    if not isinstance(location, (str, Path)) or not str(location):
+        raise DyntcError(f"a model location is a directory path or a postgresql:// URL, got {location!r}")
+    return ModelStore.open(location) if is_store(location) else ModelStore.create(location)
+
+
 def list_versions(path: str | Path, limit: int | None = None) -> list[dict]:
+    if limit is not None and not (is_int(limit) and limit >= 1):
+        raise DyntcError(f"limit must be None (every version) or an integer >= 1, got {limit!r}")
     return open_store(path).versions(limit)
 
 
