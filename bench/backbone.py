@@ -185,7 +185,8 @@ def main() -> None:
         cells = [f"{totals[name][part] / n:.3f} ({100 * totals[name][part] / n / wholes[name]:.0f}%)" for name in names]
         print(f"| {part} | " + " | ".join(cells) + " |")
         if part == "forward (all of it)":
-            for sub in hooks[names[0]]:
+            subs = list(dict.fromkeys(k for name in reversed(names) for k in hooks[name]))  # the whole backbone's parts too
+            for sub in subs:
                 cells = [f"{hooks[name][sub] / n:.3f} ({100 * hooks[name][sub] / n / wholes[name]:.0f}%)" for name in names]
                 print(f"| &nbsp;&nbsp;{sub} | " + " | ".join(cells) + " |")
             rest = [(totals[name][part] - sum(hooks[name].values())) / n for name in names]
