@@ -219,12 +219,12 @@ def imprint_offsets(anchors: np.ndarray, owner, ref: Reference | None, base: flo
     out = np.full(len(anchors), float(base), dtype=np.float32)
     if ref is None or share >= 1 or not len(ref.top):
         return out
-    others = ref.owner != owner
-    if not others.any():
-        return out
-    excess = ref.x[others] @ np.asarray(anchors, np.float32).T - ref.top[others, None]  # (n, k): o must exceed it
-    allowed = int(share * len(excess))  # examples the label may take
-    if allowed >= len(excess):
+    excess = ref.x @ np.asarray(anchors, np.float32).T - ref.top[:, None]  # (R, k): o must exceed it to leave x
+    own = ref.owner == owner
+    excess[own] = -np.inf  # its own examples (no copy of the reference: this runs in add_label)
+    others = len(excess) - int(own.sum())
+    allowed = int(share * others)  # examples the label may take
+    if allowed >= others:
         return out
     needed = -np.partition(-excess, allowed, axis=0)[allowed]  # the (allowed + 1)-th largest, per anchor
     return np.maximum(out, needed.astype(np.float32))
