@@ -1,5 +1,6 @@
 """A real ``dyntc serve`` process on 127.0.0.1 for the tests, and a stdlib HTTP client."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -71,7 +72,16 @@ class Server:
         self.proc.send_signal(sig)
         self.proc.wait(timeout=30)
 
-
+    @classmethod
+    @contextlib.contextmanager
+    def serving(cls, classifier, tmp_path, **options):
+        """A server of `classifier` saved as tmp_path/model (`options` as the constructor's), stopped
+        on leaving."""
+        server = cls(classifier.save(tmp_path / "model"), tmp_path, **options)
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def eventually(check, timeout: float = 10.0, every: float = 0.1):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from _cli import run_cli
 from dyntc import DynamicClassifier, DyntcError
 from dyntc.classifier import live_head
 from dyntc.classifier.head import HeadConfig, imprint_offsets
@@ -375,22 +376,8 @@ def test_bad_head_options(kwargs, match):
 
 def _cli(*args):
     """`dyntc ARGS` in this process; returns (exit status, stderr)."""
-    import contextlib
-    import io
-    import sys
-
-    from dyntc.cli import main
-
-    err, argv = io.StringIO(), sys.argv
-    sys.argv, code = ["dyntc", *map(str, args)], 0
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    finally:
-        sys.argv = argv
-    return code, err.getvalue()
+    code, _, err = run_cli(*args)
+    return code, err
 
 
 def test_cli_fit_head_option(tmp_path):

@@ -2,6 +2,7 @@ import shutil
 import sys
 
 import pytest
+from _cli import run_cli
 from _csvfiles import write_csv  # noqa: F401 (the fixtures below use it)
 
 
@@ -20,27 +21,10 @@ def run_dyntc(monkeypatch):
 
 
 @pytest.fixture
-def dyntc_cli(monkeypatch):
+def dyntc_cli():
     """``dyntc_cli(*argv, input="")``: the ``dyntc`` command in this process; returns (exit status,
     stdout, stderr), whatever the status."""
-    import contextlib
-    import io
-
-    from dyntc.cli import main
-
-    def run(*argv, input=""):
-        out, err = io.StringIO(), io.StringIO()
-        monkeypatch.setattr(sys, "argv", ["dyntc", *map(str, argv)])
-        monkeypatch.setattr(sys, "stdin", io.StringIO(input))
-        code = 0
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main()
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        return code, out.getvalue(), err.getvalue()
-
-    return run
+    return run_cli
 
 
 @pytest.fixture(scope="session")

@@ -5,10 +5,8 @@ commands run in-process through the same entry point (`dyntc.cli.main`: exit sta
 which saves a torch import per call.
 """
 
-import contextlib
 import csv
 import importlib.util
-import io
 import json
 import os
 import shutil
@@ -17,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from _cli import run_cli
 
 INTENTS = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
 SMALL = ["--encoder", "sru", "--metric", "hyperbolic", "--hidden-size", "64", "--num-layers", "1", "--dropout", "0.1", "--max-len", "32", "--episodes", "30", "--lr", "0.003"]
@@ -31,22 +31,7 @@ def dyntc(*args, input=None, check=True):
     return out
 
 
-def cli(*args, input=""):
-    """`dyntc ARGS` in this process through `dyntc.cli.main`; returns (exit status, stdout, stderr)."""
-    from dyntc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, stdin = sys.argv, sys.stdin
-    sys.argv, sys.stdin = ["dyntc", *map(str, args)], io.StringIO(input)
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv, sys.stdin = argv, stdin
-    return code, out.getvalue(), err.getvalue()
+cli = run_cli
 
 
 def ok(*args, input=""):

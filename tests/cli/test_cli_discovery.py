@@ -1,31 +1,16 @@
 """`dyntc discover | suggest` on the hashing-encoder toy model (tests/_toy.py), in-process."""
 
-import contextlib
-import io
 import json
-import sys
 
 import pytest
 
+from _cli import run_cli
 from dyntc import DynamicClassifier
 from tests._toy import toy_classifier
 from tests.classifier.test_discovery import KNOWN, MUSIC, TRANSLATE
 
 
-def cli(*args):
-    from dyntc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    argv, sys.argv = sys.argv, ["dyntc", *map(str, args)]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
+cli = run_cli
 
 
 @pytest.fixture

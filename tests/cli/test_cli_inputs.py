@@ -36,6 +36,19 @@ def test_predict_reads_tsv_jsonl_stdin_and_plain_lines(toy_model, dyntc_cli, tmp
     assert code == 0 and _predicted(out) == TEXTS
 
 
+def test_predict_ranking_lists_the_most_probable_labels_with_their_confidences(toy_model, dyntc_cli):
+    code, out, err = dyntc_cli("predict", toy_model, "--ranking", "3", input="\n".join(TEXTS))
+    assert code == 0, err
+    for line in out.splitlines():
+        record = json.loads(line)
+        names = [r["label"] for r in record["ranking"]]
+        confidences = [r["confidence"] for r in record["ranking"]]
+        assert len(names) == 3 == len(set(names)) and names[0] == record["label"]
+        assert confidences == sorted(confidences, reverse=True) and 0 < sum(confidences) <= 1 + 1e-9
+    code, out, _ = dyntc_cli("predict", toy_model, input=TEXTS[0])
+    assert code == 0 and "ranking" not in json.loads(out)
+
+
 def test_predict_names_an_unknown_column(toy_model, dyntc_cli, tmp_path):
     write_csv(tmp_path / "in.csv", [(t, "alarm") for t in TEXTS], header=("sentence", "label"))
     code, out, err = dyntc_cli("predict", toy_model, "-i", tmp_path / "in.csv")
@@ -55,6 +68,7 @@ def test_predict_names_an_unknown_column(toy_model, dyntc_cli, tmp_path):
     (["fit", "--data", "{d}/train.csv", "--out", "{d}/m", "--encoder", "hashing", "--encoder-options", "runtime"], "expected KEY=VALUE"),
     (["predict", "{d}/model", "-i", "{d}/missing.txt"], "does not exist"),
     (["predict", "{d}/model", "--top-k", "zero"], "Invalid value for '--top-k'"),
+    (["predict", "{d}/model", "--ranking", "-1"], "--ranking must be >= 0"),
     (["evaluate", "{d}/model", "--data", "{d}/test.csv", "--label-col", "intent"], "no column 'intent'"),
     (["labels", "list", "{d}/nowhere"], "does not exist"),
     (["labels", "versions", "{d}/model", "--limit", "0"], "--limit must be >= 1"),

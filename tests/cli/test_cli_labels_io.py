@@ -1,33 +1,16 @@
 """`dyntc labels export | import` on a hashing-encoder model: exact round trips through each format,
 merge and replace, one version per import, and every mistake one `error:` line with exit status 2."""
 
-import contextlib
-import io
 import json
-import sys
 
 import pytest
 
+from _cli import run_cli
 from _toy import LABELS, TEXTS, toy_classifier
 from dyntc import DynamicClassifier
 
 
-def cli(*args):
-    """`dyntc ARGS` in this process; returns (exit status, stdout, stderr)."""
-    from dyntc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    argv = sys.argv
-    sys.argv = ["dyntc", *map(str, args)]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.argv = argv
-    return code, out.getvalue(), err.getvalue()
+cli = run_cli
 
 
 @pytest.fixture
@@ -85,3 +68,25 @@ def test_mistakes_are_one_error_line_and_change_nothing(model, tmp_path, args, m
     code, _, err = cli(*[a.format(model=model, tmp=tmp_path) for a in args])
     assert code == 2 and err.startswith("error: ") and match in err and err.count("\n") == 1, err
     assert DynamicClassifier.versions(model) == before
+
+
+def test_labels_list_json_names_tuple_and_int_labels_as_the_other_commands_take_them(tmp_path):
+    texts = [t for name in LABELS for t in TEXTS[name][:4]]
+    for kind, make in (("tuple", lambda i, name: (name, i)), ("int", lambda i, name: i)):
+        labels = [make(i, name) for i, name in enumerate(LABELS) for _ in range(4)]
+        path = tmp_path / kind
+        DynamicClassifier(encoder="hashing").fit(texts, labels).save(path)
+        code, out, err = cli("labels", "list", path, "--json")
+        assert code == 0, err
+        counts = json.loads(out)
+        names = [str(make(i, name)) if kind == "int" else repr(make(i, name)) for i, name in enumerate(LABELS)]
+        assert counts == {n: 4 for n in names}
+        code, _, err = cli("labels", "add-examples", path, names[0], "-e", "one more example")
+        assert code == 0, err
+        assert json.loads(cli("labels", "list", path, "--json")[1])[names[0]] == 5
+        assert DynamicClassifier.load(path).support_counts()[make(0, LABELS[0])] == 5
+
+
+def test_a_file_that_cannot_be_written_is_one_error_line(model, tmp_path):
+    code, _, err = cli("labels", "export", model, "--out", tmp_path / "no-such-folder" / "labels.csv")
+    assert code == 1 and err == f"error: {tmp_path / 'no-such-folder' / 'labels.csv'}: No such file or directory\n"

@@ -8,6 +8,7 @@ one ``warning: ...`` line each. Anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -38,7 +39,11 @@ app = typer.Typer(
 )
 
 
+@functools.cache
 def _register() -> None:
+    """Adds the commands to `app`, once per process (typer appends a command each time it is
+    registered, and builds every registered one on each call: `main()` called again in one process,
+    as the tests and embedding programs do, would otherwise grow slower with each call)."""
     from dyntc.cli import classifier, labels, reproduce, serve, train
 
     app.command("datasets")(train.datasets)
@@ -98,6 +103,11 @@ def main() -> None:
     except click_errors.ClickException as exc:  # e.g. a file option that cannot be opened
         print(f"error: {exc.format_message()}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:  # a file the user named that cannot be read or written (a missing folder, a full disk)
+        if exc.filename is None:
+            raise
+        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(1)
     finally:
         warnings.showwarning = shown
     sys.exit(code if isinstance(code, int) else 0)

@@ -176,12 +176,16 @@ def predict(
     top_k: Annotated[int, typer.Option(help="Also list the K nearest labels with their distances")] = 1,
     proba: Annotated[bool, typer.Option(help="Add the probability (softmax of the scores / T, T from calibrate) of the predicted label")] = False,
     reject: Annotated[bool, typer.Option(help="Label out-of-scope texts null (needs `dyntc calibrate` first)")] = False,
+    ranking: Annotated[int, typer.Option(help="Add a `ranking` of the N most probable labels with their "
+                                              "confidences (as the service's /predict; 0 = none)")] = 0,
     batch_size: Annotated[int, typer.Option(help="Texts per batch")] = 256,
     progress: ProgressOpt = None,
 ) -> None:
     """Predict labels; writes one JSON object per text to stdout."""
     if top_k < 1:
         raise DyntcError(f"--top-k must be >= 1, got {top_k}")
+    if ranking < 0:
+        raise DyntcError(f"--ranking must be >= 0 (0 = no ranking), got {ranking}")
     if batch_size < 1:
         raise DyntcError(f"--batch-size must be >= 1, got {batch_size}")
     texts = read_texts(input, text_col)
@@ -194,7 +198,8 @@ def predict(
     with showing_progress(progress):
         scores = clf.label_scores(texts)  # one embedding pass for all outputs
     out = sys.stdout
-    for text, record in zip(texts, clf.prediction_records(scores, top_k=top_k, proba=proba, reject=reject)):
+    for text, record in zip(texts, clf.prediction_records(scores, top_k=top_k, proba=proba, reject=reject,
+                                                                   ranking=ranking)):
         out.write(json.dumps({"text": text, **record}, ensure_ascii=False) + "\n")
 
 

@@ -39,7 +39,9 @@ def labels_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of label<TAB>count lines")] = False,
 ) -> None:
     """Print every label and its number of support examples."""
-    counts = load(model).support_counts()
+    clf = load(model)
+    # by stored name, as every other command takes labels (an int label's decimal, a tuple's repr)
+    counts = {clf._targets.name(label): n for label, n in clf.support_counts().items()}
     if as_json:
         print(json.dumps(counts, ensure_ascii=False))
     else:

@@ -26,19 +26,16 @@ def browser():
 
 @pytest.fixture(scope="module")
 def server(fitted, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("console")
     # a margin of 1 captures every predicted text: the inbox flows need captured texts, not a tuned model
-    srv = Server(fitted.save(tmp / "model"), tmp, args=["--capture", "50", "--capture-margin", "1"])
-    yield srv
-    srv.stop()
+    with Server.serving(fitted, tmp_path_factory.mktemp("console"),
+                        args=["--capture", "50", "--capture-margin", "1"]) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def readonly(fitted, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("console-ro")
-    srv = Server(fitted.save(tmp / "model"), tmp, token=None)
-    yield srv
-    srv.stop()
+    with Server.serving(fitted, tmp_path_factory.mktemp("console-ro"), token=None) as srv:
+        yield srv
 
 
 @pytest.fixture

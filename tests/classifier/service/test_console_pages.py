@@ -13,10 +13,8 @@ pytest.importorskip("fastapi")
 
 @pytest.fixture(scope="module")
 def server(fitted, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pages")
-    srv = Server(fitted.save(tmp / "model"), tmp)
-    yield srv
-    srv.stop()
+    with Server.serving(fitted, tmp_path_factory.mktemp("pages")) as srv:
+        yield srv
 
 
 def get(server, path):

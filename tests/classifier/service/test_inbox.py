@@ -7,7 +7,7 @@ import sys
 
 import pytest
 from _postgres import postgres  # noqa: F401  (the fixture)
-from _server import TOKEN, Server, eventually
+from _server import Server, eventually
 from _toy import TEXTS, toy_classifier
 
 from dyntc import DynamicClassifier
@@ -20,11 +20,10 @@ pytest.importorskip("fastapi")
 
 @pytest.fixture(scope="module")
 def server(fitted, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("inbox")
     # a margin of 1 captures every predicted text; at most 4 are kept
-    srv = Server(fitted.save(tmp / "model"), tmp, args=["--capture", "4", "--capture-margin", "1"])
-    yield srv
-    srv.stop()
+    with Server.serving(fitted, tmp_path_factory.mktemp("inbox"),
+                        args=["--capture", "4", "--capture-margin", "1"]) as srv:
+        yield srv
 
 
 def captured(server) -> list[str]:

@@ -18,10 +18,8 @@ pytest.importorskip("fastapi")
 
 @pytest.fixture(scope="module")
 def server(fitted, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    srv = Server(fitted.save(tmp / "model"), tmp)
-    yield srv
-    srv.stop()
+    with Server.serving(fitted, tmp_path_factory.mktemp("serve")) as srv:
+        yield srv
 
 
 def test_label_lifecycle_over_http(server):

@@ -25,10 +25,8 @@ LIMITS = ["--max-body-bytes", "20000", "--max-text-chars", "300", "--max-example
 @pytest.fixture(scope="module")
 def open_server(fitted, tmp_path_factory):
     """No token: loopback only, writes from local non-browser clients."""
-    tmp = tmp_path_factory.mktemp("open")
-    srv = Server(fitted.save(tmp / "model"), tmp, token=None, args=LIMITS)
-    yield srv
-    srv.stop()
+    with Server.serving(fitted, tmp_path_factory.mktemp("open"), token=None, args=LIMITS) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
