@@ -84,6 +84,18 @@ class PostgresServer:
             cur = conn.execute(statement, params or None)
             return cur.fetchall() if cur.description else None
 
+    def dump(self, model: str) -> str:
+        """``pg_dump`` of one model's schema into a file of the server's directory; returns its path."""
+        path = os.path.join(self.dir, f"{model}-{uuid.uuid4().hex[:8]}.sql")
+        self._run([f"{self.bindir}/pg_dump", "-h", self.dir, "-p", str(self.port), "-U", "postgres", "-n", model,
+                   "-f", path, "postgres"])
+        return path
+
+    def restore(self, path: str):
+        """Run a :meth:`dump` with ``psql`` (its schema must not exist), stopping at the first error."""
+        self._run([f"{self.bindir}/psql", "-h", self.dir, "-p", str(self.port), "-U", "postgres", "-d", "postgres",
+                   "-q", "-v", "ON_ERROR_STOP=1", "-f", path])
+
     def stop(self):
         if os.path.isdir(self.data):
             try:

@@ -486,7 +486,7 @@ def test_format_2_stores_are_upgraded_in_place_with_every_version_identical(tmp_
     db.close()
 
     store = ModelStore.open(path)
-    assert _rows(path, "SELECT value FROM meta WHERE key = 'format'") == [("3",)]
+    assert _rows(path, "SELECT value FROM meta WHERE key = 'format'") == [("4",)]
     assert not _rows(path, "SELECT name FROM sqlite_master WHERE name = 'examples'")
     assert [v["version"] for v in store.versions()] == list(range(7, 0, -1))
     for version, labels in old.items():
@@ -505,8 +505,8 @@ def test_stores_of_a_newer_format_and_files_that_are_not_stores_are_refused(tmp_
     rng = np.random.default_rng(5)
     store, _ = _fake_store(tmp_path / "m", rng, {"a": 3})
     with sqlite3.connect(store.file) as db:
-        db.execute("UPDATE meta SET value = '4' WHERE key = 'format'")
-    with pytest.raises(DyntcError, match="store format 4, written by a newer dyntc"):
+        db.execute("UPDATE meta SET value = '5' WHERE key = 'format'")
+    with pytest.raises(DyntcError, match="store format 5, written by a newer dyntc"):
         ModelStore.open(store.path)
     for name, content, match in [("empty", b"", r"is not a dyntc store \(the file is empty"),
                                  ("text", b"hello" * 100, r"damaged or not a dyntc store \(not an SQLite database\)")]:
@@ -557,6 +557,58 @@ def test_damaged_blobs_contents_and_non_finite_points_are_detected_with_the_vers
         store.read()
     with pytest.raises(DyntcError, match="label 'x' of version 1 has non-finite points"):
         DynamicClassifier.load(at, version=1)
+
+
+def test_a_changed_label_name_or_membership_row_is_detected_by_the_version_digest(where):
+    rng = np.random.default_rng(8)
+    store, state = _fake_store(where("m"), rng, {"x": 6, "y": 6})
+    at = store.location
+    _commit(store, {"z": _support(rng, "z", 4)})  # version 2
+    label = {name: _rows(at, "SELECT label FROM names WHERE name = ?", (name,))[0][0] for name in "xyz"}
+    y, z = ([r[0] for r in _rows(at, "SELECT id FROM members WHERE label = ? ORDER BY pos", (label[n],))] for n in "yz")
+    damaged = "damaged: the label names or the examples each label holds in version 2 do not match its digest"
+    edits = [  # (the edit, its undo, whether it is in what a process serving version 1 reads to follow: z)
+        ("UPDATE names SET name = 'Z' WHERE name = 'z'", (), "UPDATE names SET name = 'z' WHERE name = 'Z'", (), True),
+        ("UPDATE members SET pos = -1 WHERE id = ?", (z[2],), "UPDATE members SET pos = id WHERE id = ?", (z[2],), True),
+        ("UPDATE names SET name = 'Y' WHERE name = 'y'", (), "UPDATE names SET name = 'y' WHERE name = 'Y'", (), False),
+        ("UPDATE members SET label = ? WHERE id = ?", (label["x"], y[0]),
+         "UPDATE members SET label = ? WHERE id = ?", (label["y"], y[0]), False),
+        ("UPDATE members SET part = 1 WHERE id = ?", (y[2],), "UPDATE members SET part = 0 WHERE id = ?", (y[2],), False),
+    ]
+    for edit, args, undo, undo_args, followed in edits:
+        _rows(at, edit, args)
+        with pytest.raises(DyntcError, match=damaged):
+            store.read()
+        if followed:  # the labels it did not change are served from its verified copy of version 1
+            with pytest.raises(DyntcError, match=damaged):
+                store.changes_since(store.store_id(), 1)
+        _rows(at, undo, undo_args)
+        _same(store.read(1).labels, state)
+        assert sorted(store.read().labels) == ["x", "y", "z"]
+    assert store.changes_since(store.store_id(), 1).labels.keys() == {"z"}
+    # a commit on top carries the digest on from the labels it changed
+    _commit(store, {"x": None, "w": _support(rng, "w", 2)})
+    _rows(at, "UPDATE names SET name = 'Y' WHERE name = 'y'")
+    with pytest.raises(DyntcError, match=damaged.replace("version 2", "version 3")):
+        store.read()
+
+
+def test_a_format_3_store_is_upgraded_and_its_old_versions_read_as_before(where):
+    rng = np.random.default_rng(9)
+    store, state = _fake_store(where("m"), rng, {"x": 5, "y": 5})
+    at = store.location
+    _rows(at, "ALTER TABLE versions DROP COLUMN state")  # what format 3 wrote
+    _rows(at, "UPDATE meta SET value = '3' WHERE key = 'format'")
+    store = ModelStore.open(at)
+    assert _rows(at, "SELECT value FROM meta WHERE key = 'format'") == [("4",)]
+    assert _rows(at, "SELECT state FROM versions") == [(None,)]  # no digest was recorded for it
+    _same(store.read(1).labels, state)
+    _commit(store, {"z": _support(rng, "z", 3)})
+    _rows(at, "UPDATE names SET name = 'Y' WHERE name = 'y'")
+    with pytest.raises(DyntcError, match="damaged: the label names or the examples each label holds in version 2"):
+        store.read(2)
+    assert sorted(store.read(1).labels) == ["Y", "x"]  # a version from before the digest: read as it is
+    ModelStore.open(at)  # nothing left to upgrade
 
 
 def test_a_full_disk_is_reported_as_such_and_commits_nothing(tmp_path, monkeypatch):

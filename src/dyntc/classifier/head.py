@@ -35,6 +35,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -144,6 +147,20 @@ def combined_scores(x: np.ndarray, weights: np.ndarray, scale: float, means: np.
     return out
 
 
+_BEFORE_EVALUATION: ContextVar[Callable[[], None] | None] = ContextVar("dyntc_head_before_evaluation", default=None)
+
+
+@contextmanager
+def before_each_evaluation(hook: Callable[[], None]) -> Iterator[None]:
+    """Call `hook` before each loss evaluation of the head's training run in this thread (a service's
+    refresher waits there while requests run, so the training takes the CPU they leave)."""
+    token = _BEFORE_EVALUATION.set(hook)
+    try:
+        yield
+    finally:
+        _BEFORE_EVALUATION.reset(token)
+
+
 def train_cosine_head(x: np.ndarray, y: np.ndarray, init: np.ndarray, anchors: np.ndarray, config: HeadConfig,
                       scale: float | None = None) -> tuple[np.ndarray, float, dict]:
     """Unit weights (C, d) and the scale after full-batch L-BFGS on the logit-adjusted cross-entropy
@@ -166,9 +183,13 @@ def train_cosine_head(x: np.ndarray, y: np.ndarray, init: np.ndarray, anchors: n
         opt = torch.optim.LBFGS(params, lr=1.0, max_iter=config.max_iter, history_size=10, line_search_fn="strong_wolfe",
                                 tolerance_grad=1e-6, tolerance_change=1e-9)
 
+        hook = _BEFORE_EVALUATION.get()
+
         def closure():
             nonlocal evals
             evals += 1
+            if hook is not None:
+                hook()
             opt.zero_grad()
             wn = torch.nn.functional.normalize(w, dim=1)
             logits = log_s.exp() * (xt @ wn.T) + adjust

@@ -283,6 +283,34 @@ def test_memory_cache_is_bounded_in_bytes():
     assert cache.get("text 999 " + "x" * 500) is not None and cache.get("text 0 " + "x" * 500) is None
 
 
+_CACHE_MEMORY = """
+import gc, sys, torch
+from dyntc.core.encoders.pretrained import EmbeddingCache
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+cache, n = EmbeddingCache(max_bytes=1 << 40), 20_000
+gc.collect(); before = rss()
+for start in range(0, n, 64):  # as the backbone gives them: rows of a batch, each cloned
+    fresh = torch.randn(64, 384)
+    for i in range(64):
+        cache.put(f"text {start + i} " + "x" * int(sys.argv[1]), fresh[i].clone())
+del fresh; gc.collect()
+print(cache.nbytes / (rss() - before))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="resident memory read from /proc (Linux)")
+@pytest.mark.parametrize("chars", [10, 400])
+def test_memory_cache_counts_what_it_takes_in_resident_memory(chars):
+    """The bytes the cache counts are the resident memory its entries take (within 12 %), so its
+    256 MiB bound is one on the process's memory; in a fresh process, so no freed memory is reused."""
+    done = subprocess.run([sys.executable, "-c", _CACHE_MEMORY, str(chars)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert 0.88 <= float(done.stdout) <= 1.12, done.stdout
+
+
 # ------------------------------------------------------------------------------ 7./8. bad text and names
 
 

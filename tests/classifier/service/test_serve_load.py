@@ -10,9 +10,11 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 
+from _postgres import postgres  # noqa: F401  (the fixture)
 from _server import Server, eventually
 from _toy import toy_classifier
 
@@ -115,6 +117,23 @@ def test_a_burst_of_writes_costs_at_most_two_refreshes_and_the_newest_is_trained
         srv.stop()
 
 
+def test_the_refresher_lets_requests_go_first_and_still_finishes(monkeypatch):
+    """Before each loss evaluation a refresh waits while requests embed, a bounded time, so a service
+    that is never idle still gets its head trained."""
+    from dyntc.classifier.service import service
+
+    monkeypatch.setattr(service, "REFRESH_YIELD_MAX_S", 0.01)
+    clf = toy_classifier()
+    clf.auto_refresh = False
+    clf.add_examples("alarm", ["an alarm at nine please"])
+    assert clf.head_status()["imprinted"] == ["alarm"]
+    asked = []
+    refresher = service.HeadRefresher(lambda: clf, threading.Event(), busy=lambda: asked.append(1) or 1)
+    refresher._refresh_newest()
+    assert refresher.refreshes == 1 and clf.head_status()["imprinted"] == []
+    assert len(asked) >= 2  # consulted before evaluations, and waited on: always busy
+
+
 def test_a_version_committed_elsewhere_is_served_at_once_without_training(fitted, tmp_path):
     """A version loaded from the store (another process's commit, or a write replayed on it) answers
     with the head carried over: only the changed label is scored by its prototype, nothing trained
@@ -135,6 +154,23 @@ def test_a_version_committed_elsewhere_is_served_at_once_without_training(fitted
         assert srv.call("POST", "/predict", {"texts": ["thank you"]})[1]["version"] == 4
         head = health(srv)["head"]
         assert head["refreshes"] == 0 and head["imprinted"] == 3  # greeting, timer, thanks; the rest carried
+    finally:
+        srv.stop()
+
+
+def test_another_replicas_write_on_postgresql_is_served_without_training(postgres, tmp_path):
+    """A replica of a PostgreSQL model serves a version another writer committed (another replica,
+    here this process: announced the same way, by NOTIFY) as soon as it is read, its head carried
+    over and the new label scored by its prototype, with no refresh run."""
+    url = toy_classifier(head_options={"refresh_delay": 600}).save(postgres.url())
+    srv = Server(url, tmp_path)
+    try:
+        with DynamicClassifier.edit(url) as other:
+            other.add_label("greeting", ["hello there", "hi", "hey"])
+        assert eventually(lambda: health(srv)["version"] == 2)
+        assert srv.call("POST", "/predict", {"texts": ["hello there"]})[1]["version"] == 2
+        head = health(srv)["head"]
+        assert head["refreshes"] == 0 and head["imprinted"] == 1, head
     finally:
         srv.stop()
 
@@ -166,6 +202,38 @@ def test_a_store_restored_from_a_backup_or_replaced_is_followed_and_own_writes_a
         os.replace(other / "dyntc.sqlite", model / "dyntc.sqlite")
         assert eventually(lambda: set(srv.call("GET", "/labels")[1]["labels"]) == {"p", "q", "r"})
         assert health(srv)["status"] == "ok"
+    finally:
+        srv.stop()
+
+
+def test_a_postgresql_store_restored_from_a_dump_or_recreated_is_followed(fitted, postgres, tmp_path):
+    """The same on PostgreSQL: the model's schema dropped and restored from a ``pg_dump`` taken at
+    version 1, then dropped and made again by another save (another store id, same version numbers)."""
+    model = "m_" + uuid.uuid4().hex[:12]
+    url = fitted.save(postgres.url(model))
+    dump = postgres.dump(model)  # version 1
+    srv = Server(url, tmp_path)
+    try:
+        for k in range(3):
+            assert srv.call("POST", "/labels", {"name": f"late_{k}", "examples": ["x"]})[0] == 201
+        assert health(srv)["version"] == 4
+        postgres.sql(f'DROP SCHEMA "{model}" CASCADE')
+        postgres.restore(dump)
+        assert eventually(lambda: (h := health(srv))["version"] == 1 and h["status"] == "ok", timeout=20)
+        assert "late_0" not in srv.call("GET", "/labels")[1]["labels"]
+        status, body = srv.call("POST", "/labels", {"name": "after_restore", "examples": ["y"]})
+        assert status == 201 and body["version"] == 2
+        assert srv.call("GET", "/labels")[1]["version"] == 2  # its own commit, at once
+        assert srv.call("POST", "/predict", {"texts": ["y"]})[1]["version"] == 2
+        postgres.sql(f'DROP SCHEMA "{model}" CASCADE')
+        DynamicClassifier(encoder="hashing").fit(["a b", "c d", "e f", "g h"], ["p", "p", "q", "q"]).save(url)
+        with DynamicClassifier.edit(url) as clf:
+            clf.add_label("r", ["i j"])
+        assert eventually(lambda: set(srv.call("GET", "/labels")[1]["labels"]) == {"p", "q", "r"}, timeout=20)
+        assert eventually(lambda: health(srv)["status"] == "ok")
+        status, body = srv.call("POST", "/labels", {"name": "s", "examples": ["k l"]})
+        assert status == 201 and body["version"] == 3
+        assert set(srv.call("GET", "/labels")[1]["labels"]) == {"p", "q", "r", "s"}
     finally:
         srv.stop()
 

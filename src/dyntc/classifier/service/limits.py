@@ -114,18 +114,26 @@ class EmbeddingWorkers:
     def __init__(self, n: int):
         self._any = threading.BoundedSemaphore(n)
         self._large = threading.BoundedSemaphore(max(1, n - 1))
+        self._count = threading.Lock()
+        self.busy = 0  #: requests embedding or waiting for a worker
 
     @contextmanager
     def take(self, chars: int) -> Iterator[None]:
         large = chars > SMALL_REQUEST_CHARS
-        if large:
-            self._large.acquire()
+        with self._count:
+            self.busy += 1
         try:
-            with self._any, no_disk_cache():
-                yield
-        finally:
             if large:
-                self._large.release()
+                self._large.acquire()
+            try:
+                with self._any, no_disk_cache():
+                    yield
+            finally:
+                if large:
+                    self._large.release()
+        finally:
+            with self._count:
+                self.busy -= 1
 
 
 # ---------------------------------------------------------------------------------------- ASGI guard

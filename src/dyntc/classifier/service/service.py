@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from dyntc.classifier import DynamicClassifier, ModelStore
+from dyntc.classifier.head import before_each_evaluation
 from dyntc.classifier.service.access import Access
 from dyntc.classifier.service.limits import EmbeddingWorkers, Limits
 from dyntc.classifier.store import StoreUnavailableError
@@ -43,6 +44,7 @@ PROBE_EVERY_S = 1.0  #: how often the monitor asks the store for its identity an
 PROBE_TIMEOUT_S = 3.0  #: a probe unanswered this long marks the store away (degraded)
 WRITE_WAIT_S = 30.0  #: how long a write waits for this service's previous write before a 503
 REFRESH_MAX_DEFER_S = 10.0  #: a burst of writes defers the head's refresh at most this long
+REFRESH_YIELD_MAX_S = 0.1  #: the most a refresh waits for requests before each loss evaluation
 
 
 class StoreMonitor:
@@ -101,10 +103,15 @@ class HeadRefresher:
     ``refresh_delay``, and at the latest ``REFRESH_MAX_DEFER_S`` (or that delay, if longer) after the
     first poke of a burst, so a burst of writes costs one refresh or two, not one per write. A refresh finished after a newer version was swapped in
     is passed on to it for its unchanged labels, and the next refresh trains that newer version:
-    versions superseded meanwhile are never trained."""
+    versions superseded meanwhile are never trained. While it trains, it lets requests go first:
+    before each loss evaluation it waits while requests embed (`busy`), at most
+    ``REFRESH_YIELD_MAX_S`` each time, so a refresh takes the CPU that requests leave and is never
+    starved (at the refresher's own priority: a lower one would leave requests waiting on a
+    de-prioritised thread that holds the interpreter lock)."""
 
-    def __init__(self, current: Callable[[], DynamicClassifier], stop: threading.Event):
-        self.current, self.stop = current, stop
+    def __init__(self, current: Callable[[], DynamicClassifier], stop: threading.Event,
+                 busy: Callable[[], int] = lambda: 0):
+        self.current, self.stop, self.busy = current, stop, busy
         self._cond = threading.Condition()
         self._poked_at: float | None = None
         self._first_poke: float | None = None
@@ -145,7 +152,8 @@ class HeadRefresher:
             return  # nothing to train: no head, or every label trained already
         self.running = True
         try:
-            target.refresh(wait=True)
+            with before_each_evaluation(self._let_requests_go_first):
+                target.refresh(wait=True)
             self.refreshes += 1
             self.last_error = None
         except Exception as exc:  # keep serving imprinted labels; the next version retries
@@ -156,6 +164,11 @@ class HeadRefresher:
         newest = self.current()
         if newest is not target and newest.head == target.head:
             newest.adopt_head(target)
+
+    def _let_requests_go_first(self) -> None:
+        deadline = time.monotonic() + REFRESH_YIELD_MAX_S
+        while self.busy() and time.monotonic() < deadline and not self.stop.is_set():
+            time.sleep(0.002)
 
 
 class Service:
@@ -177,7 +190,7 @@ class Service:
         self._swap_lock = threading.Lock()  # writers and the loader; readers never take it
         self._wake = threading.Event()  # the store may hold a version this service does not serve
         self._stop = threading.Event()
-        self.refresher = HeadRefresher(self.current, self._stop)
+        self.refresher = HeadRefresher(self.current, self._stop, lambda: self.workers.busy)
         self.monitor = StoreMonitor(self.store, self._probed, self._stop)
         threads = [(self.refresher.run, "dyntc-head-refresh")]
         if follow:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dyntc.classifier.store import state as states
 from dyntc.classifier.store.schema import content_hash, meta, points_tensor
 from dyntc.classifier.store.schema import head as read_head
 from dyntc.errors import DyntcError
@@ -45,10 +46,7 @@ def changes_since(db: Any, store_id: str, since: int, blob: Callable[[Any, str, 
                                                     (since, head)).fetchall()}
     if head < since or since not in rows or rows[since] != rows[head]:
         return None
-    changed = sorted(r[0] for r in db.execute(
-        "SELECT label FROM names WHERE (added > ? AND added <= ?) OR (removed > ? AND removed <= ?) "
-        "UNION SELECT label FROM members WHERE (added > ? AND added <= ?) OR (removed > ? AND removed <= ?)",
-        (since, head) * 4).fetchall())
+    changed = states.touched(db, since, head)
     then, now = _names_at(db, since, changed), _names_at(db, head, changed)
     removed = sorted({name for label, name in then.items() if now.get(label) != name})
     document = json.loads(blob(db, rows[head][0], f"the model document of version {head}").decode("utf-8"))
@@ -69,6 +67,13 @@ def changes_since(db: Any, store_id: str, since: int, blob: Callable[[Any, str, 
             raise DyntcError(f"the store is damaged: label {name!r} of version {head} has non-finite points; "
                              "restore an earlier version")
         labels[name] = (texts, tensor, parts)
+    # the labels not read are served already (read and verified at `since`): the head's digest is
+    # since's with the changed labels' terms exchanged
+    before, expected = states.recorded(db, since), states.recorded(db, head)
+    if expected is not None:
+        actual = states.state_of(states.label_rows(db, head).values()) if before is None else states.shifted(
+            before, states.label_rows(db, since, changed).values(), states.label_rows(db, head, changed).values())
+        states.check(expected, actual, head)
     return Changes(store_id, head, labels, removed)
 
 

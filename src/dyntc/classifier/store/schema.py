@@ -1,8 +1,10 @@
-"""The store's tables (format 3), the bytes of its rows, and what a version reads back as.
+"""The store's tables (format 4), the bytes of its rows, and what a version reads back as.
 
 - ``blobs(hash, data)``: content-addressed bytes (the weights as safetensors, the model document as
   JSON), keyed by their SHA-256; a version that keeps the weights stores none.
-- ``versions(id, created, op, detail, model, weights, n_labels, n_examples)``: one row per commit.
+- ``versions(id, created, op, detail, model, weights, n_labels, n_examples, state)``: one row per
+  commit; ``state`` is the digest of its label names and of which example belongs to which label, in
+  which order and part (:mod:`~dyntc.classifier.store.state`; NULL for versions committed before format 4).
 - ``contents(id, hash, text, point)``: every distinct support example (its point float32,
   little-endian), keyed by the SHA-256 of both, so no text or point is stored twice.
 - ``labels(id, added)``: a stable label identity, independent of its name.
@@ -36,8 +38,9 @@ import torch
 from dyntc.classifier.store.dialect import Dialect
 from dyntc.errors import DyntcError
 
-STORE_FORMAT = 3  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table
-UPGRADABLE_FORMATS = (2,)  # upgraded in place by ModelStore.open
+STORE_FORMAT = 4  # 1: a directory of config.json / support.json / model.safetensors; 2: one examples table;
+# 3: labels, names and members without a digest of a version's state
+UPGRADABLE_FORMATS = (2, 3)  # upgraded in place by ModelStore.open
 
 #: The inbox of texts a service could not place (kept out of the versions).
 CAPTURES_SCHEMA = [
@@ -55,7 +58,7 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS versions (
         id {int} PRIMARY KEY, created TEXT NOT NULL, op TEXT NOT NULL, detail TEXT NOT NULL,
         model TEXT NOT NULL REFERENCES blobs(hash), weights TEXT NOT NULL REFERENCES blobs(hash),
-        n_labels {int} NOT NULL, n_examples {int} NOT NULL)""",
+        n_labels {int} NOT NULL, n_examples {int} NOT NULL, state TEXT)""",
     """CREATE TABLE IF NOT EXISTS contents (
         id {int} PRIMARY KEY, hash {blob} NOT NULL UNIQUE, text TEXT NOT NULL, point {blob} NOT NULL)""",
     "CREATE TABLE IF NOT EXISTS labels (id {int} PRIMARY KEY, added {int} NOT NULL)",
@@ -79,7 +82,7 @@ _SCHEMA = [
 #: The tables in the order a copy fills them (each refers only to those before it), with their columns.
 TABLES = {
     "blobs": "hash, data",
-    "versions": "id, created, op, detail, model, weights, n_labels, n_examples",
+    "versions": "id, created, op, detail, model, weights, n_labels, n_examples, state",
     "contents": "id, hash, text, point",
     "labels": "id, added",
     "names": "id, label, name, added, removed",

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from dyntc.classifier.store.schema import Snapshot, content_hash, digest, document_bytes, head, meta, now, points_array
+from dyntc.classifier.store.state import new_state
 from dyntc.errors import DyntcError, is_int
 
 
@@ -86,9 +87,11 @@ class Transaction:
     def _finish(self, version: int, op: str, detail: object, model_key: str, weights_key: str) -> int:
         n_labels = self.db.execute("SELECT COUNT(*) FROM names WHERE removed IS NULL").fetchone()[0]
         n_examples = self.db.execute("SELECT COUNT(*) FROM members WHERE removed IS NULL").fetchone()[0]
-        self.db.execute("INSERT INTO versions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        state = new_state(self.db, version)  # from the rows as they will be read back
+        self.db.execute("INSERT INTO versions (id, created, op, detail, model, weights, n_labels, n_examples, state) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (version, now(), op, json.dumps(detail, ensure_ascii=False), model_key, weights_key,
-                         n_labels, n_examples))
+                         n_labels, n_examples, state))
         self.committed = True
         return version
 

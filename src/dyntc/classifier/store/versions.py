@@ -19,6 +19,7 @@ from dyntc._version import __version__
 from dyntc.classifier.store.changes import Changes, changes_since
 from dyntc.classifier.store.common import StoreFullError, StoreUnavailableError
 from dyntc.classifier.store.dialect import dialect_for, location_of
+from dyntc.classifier.store import state as states
 from dyntc.classifier.store.schema import (STORE_FORMAT, UPGRADABLE_FORMATS, Snapshot, content_hash, digest, head,
                                            meta, now, points_tensor, read_format, schema_statements)
 from dyntc.classifier.store.transaction import Transaction
@@ -151,7 +152,7 @@ class ModelStore:
         version = head if version is None else version
         if not is_int(version):
             raise self._missing(db, version)
-        row = db.execute("SELECT model, weights FROM versions WHERE id = ?", (version,)).fetchone()
+        row = db.execute("SELECT model, weights, state FROM versions WHERE id = ?", (version,)).fetchone()
         if row is None:
             raise self._missing(db, version)
         document = json.loads(self._blob(db, row[0], f"the model document of version {version}").decode("utf-8"))
@@ -166,6 +167,7 @@ class ModelStore:
             (version, version, version)).fetchall()
         rows.sort(key=lambda r: (r[0], r[1], r[2]))
         grouped: dict[str, tuple[list[str], list[bytes], list[int]]] = {}
+        state: dict[str, list[tuple[bytes, int]]] = {}  # what the version's digest covers
         checked: set[int] = set()
         for label, _, _, part, content, key, text, point in rows:
             name = names.get(label)
@@ -182,6 +184,7 @@ class ModelStore:
             texts.append(text)
             points.append(point)
             parts.append(part)
+            state.setdefault(name, []).append((bytes(key), part))
         dim = document.get("dim", 0)
         labels = {}
         for name, (texts, points, parts) in sorted(grouped.items()):
@@ -190,6 +193,7 @@ class ModelStore:
                 raise DyntcError(f"the store is damaged: label {name!r} of version {version} has non-finite points; "
                                  "restore an earlier version")
             labels[name] = (texts, tensor, parts)
+        states.check(row[2], states.state_of(state.items()), version)
         return Snapshot(meta(db, "store_id") or "", version, document, weights, row[1], labels)
 
     @staticmethod

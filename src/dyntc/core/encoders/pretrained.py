@@ -62,6 +62,11 @@ DISK_CACHE_MIN_TEXTS = 64  # featurize calls with fewer distinct texts are not w
 # per backbone and max_len: the in-memory cache drops its least recently used texts past this many
 # bytes (embeddings plus the texts themselves), so a stream of long distinct texts cannot grow a process
 MEMORY_CACHE_MAX_BYTES = 256 << 20
+# What an entry holds besides its text object and its embedding's data: the tensor's Python and C++
+# objects, its allocation's alignment and the cache's dict entry. Measured as resident memory grown per
+# entry minus those two (620-650 bytes for 20- to 500-character texts with 384-dim embeddings, torch
+# 2.13 on Linux: tests/classifier/service/test_serve_hardening.py), so the bound is on real memory
+CACHE_ENTRY_OVERHEAD = 640
 # Finetune mode: a batch goes through the backbone in groups of at most this many texts of similar
 # length, each padded to its own longest text. An episode's texts padded to the longest of all of
 # them were twice their tokens on CLINC150 (11 word pieces on average, up to ~30), and the backbone's
@@ -232,7 +237,7 @@ class EmbeddingCache:
 
     @staticmethod
     def _cost(text: str, emb: torch.Tensor) -> int:
-        return sys.getsizeof(text) + emb.element_size() * emb.nelement() + 128  # 128: dict and tensor overhead
+        return sys.getsizeof(text) + emb.element_size() * emb.nelement() + CACHE_ENTRY_OVERHEAD
 
     def __len__(self) -> int:
         return len(self._items)
