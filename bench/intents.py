@@ -54,7 +54,7 @@ APPROACHES_DEFAULT = ("centroid", "cosine", "dc-default", "lr", "lr-balanced", "
 ANCHORS = {"clinc150": {5: 90.49, 10: 93.26}, "hwu64": {5: 80.01, 10: 85.83}}
 # "head:<key>=<value>,..." overrides these HeadConfig fields (defaults: HeadConfig's, chosen on dev)
 HEAD_KEYS = {"tau": "tau", "pull": "pull", "pw": "proto_weight", "scale": "scale", "ls": "learn_scale",
-             "iter": "max_iter", "off": "imprint_offset"}
+             "iter": "max_iter", "off": "imprint_offset", "share": "imprint_share"}
 
 
 # --------------------------------------------------------------------------- approaches
