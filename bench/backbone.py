@@ -5,19 +5,29 @@ top ``BACKBONE_LAYERS`` transformer layers trained, the classifier's ``max_len``
 ``n_query`` and ``max_classes``), on CLINC150's training texts (featurized once: word-piece ids).
 Then:
 
-* **episodes/s**: ``train_prototypical`` itself for ``--episodes`` episodes (no dev set), after a
-  warm-up call of ``--warmup`` episodes: sampling, collation, forward, loss, backward, Adam step.
+* **episodes/s**: ``train_prototypical`` itself (no dev set), after a warm-up call of ``--warmup``
+  episodes: sampling, collation, forward, loss, backward, Adam step. Two settings in alternating
+  rounds of ``--episodes`` episodes on the same episodes: the frozen lower layers' output cached per
+  text (``dyntc.core.encoders.layer_cache``, the default; the cache filled for every training text
+  first, its one-off cost printed apart) and the whole backbone run in every episode (before the
+  cache). The ratio of the two is the cache's gain per episode.
 * **the parts of one episode**: the same work written out (support and query forward through the
   network, loss, backward, Adam step) with forward hooks timing the embedding layer and every
   transformer layer, averaged over ``--episodes`` episodes. The frozen part (embeddings and lower
-  layers) runs without autograd; the trained top layers record the graph their backward walks. Two
-  settings alternate on the same episodes: the backbone run in length-sorted groups of
-  ``LENGTH_GROUP`` texts (``dyntc.core.encoders.pretrained``, the default) and on the whole batch padded
-  to its longest text (as before the groups).
+  layers) runs without autograd; the trained top layers record the graph their backward walks. Three
+  settings alternate on the same episodes: the cached frozen layers (the default), the whole backbone
+  in length-sorted groups of ``LENGTH_GROUP`` texts (``dyntc.core.encoders.pretrained``), and the
+  whole backbone on the batch padded to its longest text (as before the groups).
 * **inference**: the same texts embedded in eval mode without gradient (what a frozen backbone pays
   per text), for scale.
 
+* ``--accuracy``: instead of the timings, whether the cache (whose frozen layers run in eval mode,
+  without dropout) trains as good a model: ``DynamicClassifier(train="backbone",
+  time_budget_s=--budget)`` with and without it, on the generalized scenario of ``bench.intents``
+  (a third of the intents added with 5 examples after fitting), dev split, old / new / all.
+
     python -m bench.backbone [--episodes 10] [--threads 2]
+    python -m bench.backbone --accuracy [--budget 120] [--datasets clinc150,hwu64] [--seed 0]
 
 No assertions: timings on a shared machine are noisy (the load average is printed before and after).
 """
@@ -39,11 +49,18 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dataset", default="clinc150")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of --episodes episodes per setting")
+    ap.add_argument("--accuracy", action="store_true")
+    ap.add_argument("--budget", type=float, default=120.0)
+    ap.add_argument("--datasets", default="clinc150,hwu64")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
-    from bench._machine import load_average, omp_wait_policy
+    if args.accuracy:
+        return accuracy(args)
+    from bench._machine import load_average
     from dyntc import DynamicClassifier
     from dyntc.classifier.params import BACKBONE_LAYERS, encoder_options, network_options, train_config
     from dyntc.protocol.data.datasets import load
@@ -51,12 +68,10 @@ def main() -> None:
     from dyntc.core.encoders import create_encoder, pretrained
     from dyntc.core.encoders.pretrained import _transformer_layers
     from dyntc.core.inference import Encoded
-    from dyntc.core.machine import machine_description
     from dyntc.core.models import PrototypicalNetwork
     from dyntc.core.training import make_optimizer, train_prototypical
 
-    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; "
-          f"torch {torch.__version__}, {args.threads} threads; load {load_average()}; OMP_WAIT_POLICY {omp_wait_policy()}")
+    header(args)
     params = DynamicClassifier(train="backbone").get_params()
     data = load(args.dataset)
     texts, labels = data.train.texts, data.train.labels
@@ -70,12 +85,36 @@ def main() -> None:
           f"{len(_transformer_layers(encoder.backbone))} layers trained; max_len {params['max_len']}; episodes of "
           f"{params['max_classes']} labels x {params['n_support']} support + {params['n_query']} queries")
 
-    # 1. the library's loop
-    train_prototypical(model, train, None, train_config(params, args.warmup, params["lr"]))
-    result = train_prototypical(model, train, None, train_config(params, args.episodes, params["lr"]))
-    per_episode = result.seconds / result.steps
-    print(f"\ntrain_prototypical: {result.steps} episodes in {result.seconds:.1f} s = "
-          f"{1 / per_episode:.2f} episodes/s ({per_episode:.2f} s per episode)")
+    # 1. the library's loop, with the frozen layers cached (filled first) and without, alternating
+    from dyntc.core.encoders.base import TextEncoder
+
+    cached = encoder.training_collator(train.items)
+    t = time.perf_counter()
+    cached(range(len(train.items)))
+    fill = time.perf_counter() - t
+    print(f"frozen layers cached for all {len(train.items)} training texts in {fill:.1f} s "
+          f"({cached.nbytes / 2**20:.0f} MiB = {sum(len(x) for x in train.items)} word pieces x {encoder.input_dim} floats)")
+    loops = {"frozen layers cached (default)": lambda items: cached,
+             "whole backbone every episode (before)": lambda items: TextEncoder.training_collator(encoder, items)}
+    spent_loop = {name: [0.0, 0] for name in loops}
+    for r in range(args.rounds + 1):  # round 0: warm-up, not counted
+        for name, collator in loops.items():
+            encoder.training_collator = collator
+            result = train_prototypical(model, train, None, train_config(params, args.episodes if r else args.warmup,
+                                                                         params["lr"]))
+            if r:
+                spent_loop[name][0] += result.seconds
+                spent_loop[name][1] += result.steps
+    del encoder.training_collator
+    print(f"\ntrain_prototypical, {args.rounds} alternating rounds of {args.episodes} episodes per setting:")
+    print("| setting | episodes | s per episode | episodes/s |")
+    print("|---|---:|---:|---:|")
+    for name, (seconds, steps) in spent_loop.items():
+        print(f"| {name} | {steps} | {seconds / steps:.3f} | {steps / seconds:.2f} |")
+    (after_s, after_n), (before_s, before_n) = spent_loop.values()
+    ratio = (before_s / before_n) / (after_s / after_n)
+    print(f"before / after, per episode: {ratio:.2f}x; the cache's fill ({fill:.1f} s) is paid back after "
+          f"{fill / (before_s / before_n - after_s / after_n):.0f} episodes")
 
     # 2. the same episodes taken apart, the backbone run in length groups (the default) and, for
     # comparison, on the whole padded batch; the two alternate episode by episode on the same episodes
@@ -98,20 +137,23 @@ def main() -> None:
     sampler = EpisodeSampler(train.labels, n_support=params["n_support"], n_query=params["n_query"],
                              max_classes=params["max_classes"], seed=1, names=train.classes)
     optimizer = make_optimizer(model, params["lr"])
-    settings = {f"length groups of {pretrained.LENGTH_GROUP} (default)": pretrained.LENGTH_GROUP,
-                "one padded batch": 10**9}
+    plain = lambda items: (lambda idx: encoder.collate([items[i] for i in idx]))  # noqa: E731
+    settings = {"frozen layers cached (default)": (pretrained.LENGTH_GROUP, lambda items: cached),
+                f"whole backbone, length groups of {pretrained.LENGTH_GROUP}": (pretrained.LENGTH_GROUP, plain),
+                "whole backbone, one padded batch": (10**9, plain)}
     totals = {name: defaultdict(float) for name in settings}
     hooks = {name: defaultdict(float) for name in settings}
     n_texts, padded, real = [], 0, 0
     for _ in range(args.episodes):
         ep = sampler.sample()
-        for setting, group in settings.items():
+        for setting, (group, collator) in settings.items():
             pretrained.LENGTH_GROUP = group
+            collate = collator(train.items)
             spent.clear()
             total = totals[setting]
             t = time.perf_counter()
-            support = encoder.collate([train.items[i] for i in ep.support])
-            query = encoder.collate([train.items[i] for i in ep.query])
+            support = collate(ep.support)
+            query = collate(ep.query)
             total["sampling and collation"] += time.perf_counter() - t
             t = time.perf_counter()
             loss, _ = model.episode_loss(support, torch.as_tensor(ep.support_labels), query,
@@ -130,7 +172,7 @@ def main() -> None:
         for batch in (support, query):
             padded += batch["attention_mask"].numel()
             real += int(batch["attention_mask"].sum())
-    pretrained.LENGTH_GROUP = settings[next(iter(settings))]
+    pretrained.LENGTH_GROUP = settings[next(iter(settings))][0]
     n = args.episodes
     print(f"\none episode ({np.mean(n_texts):.0f} texts, {np.mean([len(x) for x in train.items]):.1f} word pieces "
           f"per text on average; padded to each batch's longest they are {padded / real:.2f}x the real tokens), "
@@ -143,14 +185,16 @@ def main() -> None:
         cells = [f"{totals[name][part] / n:.3f} ({100 * totals[name][part] / n / wholes[name]:.0f}%)" for name in names]
         print(f"| {part} | " + " | ".join(cells) + " |")
         if part == "forward (all of it)":
-            for sub in hooks[names[0]]:
+            subs = list(dict.fromkeys(k for name in reversed(names) for k in hooks[name]))  # the whole backbone's parts too
+            for sub in subs:
                 cells = [f"{hooks[name][sub] / n:.3f} ({100 * hooks[name][sub] / n / wholes[name]:.0f}%)" for name in names]
                 print(f"| &nbsp;&nbsp;{sub} | " + " | ".join(cells) + " |")
             rest = [(totals[name][part] - sum(hooks[name].values())) / n for name in names]
             print("| &nbsp;&nbsp;forward: the rest (pooling, prototypes, distances, loss) | "
                   + " | ".join(f"{r:.3f} ({100 * r / wholes[name]:.0f}%)" for r, name in zip(rest, names)) + " |")
     print("| **episode** | " + " | ".join(f"**{wholes[name]:.3f}**" for name in names) + " |")
-    print(f"one padded batch / length groups: {wholes[names[1]] / wholes[names[0]]:.2f}x")
+    print(f"whole backbone in length groups / cached frozen layers: {wholes[names[1]] / wholes[names[0]]:.2f}x; "
+          f"one padded batch / length groups: {wholes[names[2]] / wholes[names[1]]:.2f}x")
     whole = wholes[names[0]]
 
     # 3. inference on the same number of texts
@@ -164,6 +208,53 @@ def main() -> None:
         infer = (time.perf_counter() - t) / 3
     print(f"\ninference, eval mode, no gradient, the same number of texts in one batch: {infer:.3f} s "
           f"({whole / infer:.1f}x less than a training episode)")
+    print(f"load average after: {load_average()}")
+
+
+def header(args) -> None:
+    import subprocess
+
+    import torch
+
+    from bench._machine import load_average, omp_wait_policy
+    from dyntc.core.machine import machine_description
+
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}; {machine_description()}; "
+          f"torch {torch.__version__}, {args.threads} threads; load {load_average()}; OMP_WAIT_POLICY {omp_wait_policy()}")
+    print(f"uptime: {uptime}")
+
+
+def accuracy(args) -> None:
+    """Fine-tuned with and without the cached frozen layers, the same budget, the same run (module docstring)."""
+    from bench import intents
+    from bench._intents_data import load_data
+    from dyntc.core.encoders.base import TextEncoder
+    from dyntc.core.encoders.pretrained import PretrainedEncoder
+
+    header(args)
+    spec = f"product:train=backbone,budget={args.budget:g}"
+    arms = {"frozen layers cached, eval mode (default)": PretrainedEncoder.training_collator,
+            "whole backbone every episode, train mode (before)": TextEncoder.training_collator}
+    print(f"DynamicClassifier(train='backbone', time_budget_s={args.budget:g}); generalized scenario (a third of the "
+          f"intents new, 5 examples each, added after fit), dev split, partition seed {args.seed}")
+    print("| dataset | setting | state | old | new | all | fit s |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    try:
+        for ds in args.datasets.split(","):
+            data = load_data(ds)
+            data.oos_dev = None  # accuracy only
+            for name, collator in arms.items():
+                PretrainedEncoder.training_collator = collator
+                row = intents.generalized(data, "dev", args.seed, [spec], 5, 1 / 3)[spec]
+                for state in ("now", "refreshed"):
+                    v = row[state]
+                    print(f"| {ds} | {name} | {state} | {v['old']:.1f} | {v['new']:.1f} | {v['all']:.1f} | "
+                          f"{row['refreshed']['fit_s']:.0f} |", flush=True)
+    finally:
+        PretrainedEncoder.training_collator = arms["frozen layers cached, eval mode (default)"]
+    from bench._machine import load_average
+
     print(f"load average after: {load_average()}")
 
 

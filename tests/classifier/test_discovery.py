@@ -101,6 +101,7 @@ def test_names_made_unique(clf):
     found2 = other.discover(_texts(), n_new=2)
     assert all(c.name not in other.classes_ for c in found2.clusters)
     assert len({c.name for c in found2.clusters}) == 2
+    assert f"{name}_2" in {c.name for c in found2.clusters}  # the same cluster found again, its name made unique
 
 
 @pytest.mark.parametrize("texts, n_new, match", [

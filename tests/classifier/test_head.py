@@ -9,8 +9,8 @@ import torch
 
 from dyntc import DyntcError
 from dyntc.classifier.head import (
-    CosineHead, HeadConfig, combined_scores, cosine_logits, normalize, pooled_spread, prototype_scores, prototypes,
-    train,
+    CosineHead, HeadConfig, Reference, combined_scores, cosine_logits, imprint_offsets, normalize, pooled_spread,
+    prototype_scores, prototypes, reference, train,
 )
 
 
@@ -70,6 +70,81 @@ def test_prototype_score_is_the_label_sets_debiased_distance():
     means, counts, spread = prototypes(x, y, 3)
     assert pooled_spread(spread, counts) == pytest.approx(label_set.pooled_spread(), rel=1e-5)
     np.testing.assert_allclose(prototype_scores(queries, means, counts, pooled_spread(spread, counts)), expected, atol=1e-5)
+
+
+def test_imprint_offsets_by_hand():
+    # reference: 4 examples of "a" and "b" on the unit circle, best trained cosines given
+    x = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0, 1]], dtype=np.float32)
+    ref = Reference(x, np.array([0.9, 0.9, 0.5, 0.95], dtype=np.float32), np.array(["a", "a", "b", "b"]))
+    anchor = np.array([[1.0, 0.0]], dtype=np.float32)  # cosines 1, 0.8, 0.6, 0 -> excess 0.1, -0.1, 0.1, -0.95
+    assert imprint_offsets(anchor, "new", ref, 0.05, share=0.0)[0] == pytest.approx(0.1)  # takes none
+    # it takes x when its excess is above the offset: at most `allowed` of them -> the (allowed + 1)-th largest
+    assert imprint_offsets(anchor, "new", ref, -1.0, share=0.25)[0] == pytest.approx(0.1)  # 1 of 4: a tie, none
+    assert imprint_offsets(anchor, "new", ref, -1.0, share=0.5)[0] == pytest.approx(-0.1)  # 2 of 4
+    assert imprint_offsets(anchor, "new", ref, -1.0, share=0.75)[0] == pytest.approx(-0.95)  # 3 of 4
+    assert imprint_offsets(anchor, "new", ref, 0.05, share=0.75)[0] == pytest.approx(0.05)  # never below the base
+    assert imprint_offsets(anchor, "new", ref, 0.05, share=1.0)[0] == pytest.approx(0.05)  # 1: the base alone
+    assert imprint_offsets(anchor, "new", None, 0.05, share=0.0)[0] == pytest.approx(0.05)  # no refresh yet
+    # its own examples (label "b" given new examples) do not count: excess 0.1, -0.1 of "a"
+    assert imprint_offsets(anchor, "b", ref, -1.0, share=0.0)[0] == pytest.approx(0.1)
+    assert imprint_offsets(anchor, "b", ref, -1.0, share=0.5)[0] == pytest.approx(-0.1)
+    # two parts: one offset each
+    two = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)  # second: excess -0.9, -0.3, 0.3, 0.05
+    np.testing.assert_allclose(imprint_offsets(two, "new", ref, 0.0, share=0.0), [0.1, 0.3], atol=1e-6)
+    # the reference: unit rows, best trained cosine, a fixed subset past REFERENCE_ROWS
+    r = reference(np.array([[2.0, 0.0], [0.0, 3.0]]), np.array([0, 1]), np.array([[1.0, 0.0], [0.6, 0.8]]))
+    np.testing.assert_allclose(r.x, [[1, 0], [0, 1]])
+    np.testing.assert_allclose(r.top, [1.0, 0.8])
+
+
+def _siblings(seed, n_old=40, n_new=20, dim=48, per_old=60, shots=5, held_out=30, noise=0.8):
+    """A fine-grained label set: every new label a close sibling of an old one (centres at cosine 0.9),
+    all of them sharing one direction (as sentence embeddings do), spreads varying by label."""
+    rng = np.random.default_rng(seed)
+    common = normalize(rng.normal(size=(1, dim)))
+    old = normalize(rng.normal(size=(n_old, dim)))
+    new = normalize(0.9 * old[rng.integers(0, n_old, n_new)] + math.sqrt(1 - 0.9**2) * normalize(rng.normal(size=(n_new, dim))))
+    centres = normalize(np.concatenate([old, new]) + common)
+    spread = rng.uniform(0.5, 1.5, size=len(centres)) * noise / math.sqrt(dim)
+
+    def draw(c, k):
+        return normalize(centres[c] + spread[c] * rng.normal(size=(k, dim))).astype(np.float32)
+
+    train_ = {c: draw(c, per_old if c < n_old else shots) for c in range(n_old + n_new)}
+    test = {c: draw(c, held_out) for c in range(n_old + n_new)}
+    return n_old, train_, test
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_right_after_a_bulk_add_of_siblings_old_labels_lose_less(seed):
+    """A third of the labels added at once (5 examples each), each next to an established one: with the
+    base offset alone (imprint_share=1) the established labels lose over 4 points against the refreshed
+    head right after the adds; the offsets of imprint_offsets halve that loss or better, and the new
+    labels are served as well as after the refresh."""
+    n_old, train_, test = _siblings(seed)
+    x = np.concatenate(list(test.values()))
+    y = np.repeat(list(test), [len(v) for v in test.values()])
+    old = y < n_old
+
+    def accuracy(config):
+        head = CosineHead(config)
+        for c in range(n_old):
+            head.add_label(f"{c:03d}", train_[c])
+        head.refresh()
+        for c in range(n_old, len(train_)):
+            head.add_label(f"{c:03d}", train_[c])
+        out = []
+        for _ in ("now", "refreshed"):
+            hit = np.array([int(p) for p in head.predict(x)]) == y
+            out.append((100 * hit[old].mean(), 100 * hit[~old].mean()))
+            head.refresh()
+        return out
+
+    (old_now, new_now), (old_refreshed, new_refreshed) = accuracy(HeadConfig())
+    (base_old_now, _), (base_old_refreshed, _) = accuracy(HeadConfig(imprint_share=1.0))
+    assert base_old_refreshed == old_refreshed and base_old_refreshed - base_old_now > 4.0  # the dip
+    assert old_refreshed - old_now <= (base_old_refreshed - base_old_now) / 2
+    assert new_now >= new_refreshed - 2.0
 
 
 # ------------------------------------------------------------------------------- the stateful head
@@ -153,6 +228,7 @@ def test_state_dict_round_trip():
     ({"tau": -1}, "tau must be a number >= 0"),
     ({"pull": True}, "pull must be a number >= 0"),
     ({"imprint_offset": -0.5}, "imprint_offset must be a number >= 0"),
+    ({"imprint_share": 1.5}, r"imprint_share must be a number in \[0, 1\]"),
     ({"max_iter": 2.5}, "max_iter must be an integer >= 0"),
     ({"learn_scale": 1}, "learn_scale must be True or False"),
 ])

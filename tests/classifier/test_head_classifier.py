@@ -12,6 +12,7 @@ import torch
 from _cli import run_cli
 from dyntc import DynamicClassifier, DyntcError
 from dyntc.classifier import live_head
+from dyntc.classifier.head import HeadConfig, imprint_offsets
 from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
 
@@ -85,7 +86,11 @@ def test_scores_by_hand_untrained_trained_imprinted_merged_and_distances():
     trained.add_label("alarm", ["set an alarm for six", "wake me up at seven"])
     assert trained.head_status()["imprinted"] == ["alarm"]
     col = list(trained.classes_).index("alarm")
-    expected = 16 * (_unit(trained.encode(QUERIES)) @ _part_prototypes(trained, "alarm")[0] - head.imprint_offset)
+    proto = _part_prototypes(trained, "alarm")
+    offset = imprint_offsets(proto, "alarm", head.reference, head.imprint_offset, HeadConfig().imprint_share)[0]
+    assert head.reference.x.shape == (sum(len(trained.labels_.support(c).texts) for c in trained.classes_ if c != "alarm"),
+                                      proto.shape[1]) and offset >= head.imprint_offset
+    expected = 16 * (_unit(trained.encode(QUERIES)) @ proto[0] - offset)
     np.testing.assert_allclose(trained.label_scores(QUERIES)[:, col], expected, atol=1e-5)
     assert trained.predict(["set an alarm"]).tolist() == ["alarm"]
 
@@ -281,7 +286,7 @@ def test_copies_refresh_on_their_own():
     other.refresh()
     assert other.labels_.head is not head and other.head_status()["imprinted"] == []
     assert clf.labels_.head is head and list(clf.classes_) == classes
-    assert "_head_refresh" not in clf.__dict__ or not clf.wait_for_refresh(0) is False
+    assert clf.wait_for_refresh(0)  # the copy's operations left no refresh pending on the original
     assert clf.predict(["set an alarm"]) != ["alarm"]
 
 

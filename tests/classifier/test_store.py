@@ -211,6 +211,8 @@ def test_kill_during_writes_loses_no_acknowledged_version(saved):
             proc.send_signal(signal.SIGKILL)  # mid-way through the sixth (or a later) edit
             break
     proc.wait(timeout=60)
+    # killed by the test after five acknowledged commits (a writer that failed early would make the rest vacuous)
+    assert len(acknowledged) == 5 and proc.returncode == -signal.SIGKILL, (acknowledged, proc.returncode)
     clf = DynamicClassifier.load(saved)
     assert set(acknowledged) <= set(clf.classes_)
     # Whatever was committed is whole: every label has all its 40 examples.

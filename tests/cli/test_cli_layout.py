@@ -11,6 +11,7 @@ CLI = Path(dyntc.cli.__file__).parent
 
 def test_every_cli_module_is_under_400_lines():
     sizes = {p.name: len(p.read_text().splitlines()) for p in CLI.glob("*.py")}
+    assert {"classifier.py", "labels.py", "common.py"} <= sizes.keys()  # the modules were found
     assert {name: n for name, n in sizes.items() if n > 400} == {}
 
 

@@ -9,7 +9,22 @@ import numpy as np
 import pytest
 from _csvfiles import write_csv
 
+from dyntc import DynamicClassifier
 from dyntc.cli import report
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return [(r["text"], r["label"]) for r in csv.DictReader(fh)]
+
+
+def _auroc_by_hand(model, in_scope, out_of_scope):
+    """scikit-learn's AUROC of the distance to the nearest label (the library's top_k), out-of-scope
+    texts as the positives: what the reports must show."""
+    from sklearn.metrics import roc_auc_score
+
+    nearest = [row[0][1] for row in DynamicClassifier.load(model).top_k(in_scope + out_of_scope, 1)]
+    return roc_auc_score([0] * len(in_scope) + [1] * len(out_of_scope), nearest)
 
 
 def test_auroc_is_the_rank_statistic():
@@ -37,7 +52,10 @@ def test_evaluate_writes_errors_pairs_and_out_of_scope(toy_model, dyntc_cli, toy
     rep = json.loads((toy_files / "r" / "report.json").read_text())
     assert rep["n"] == 12 and "oos" not in rep["per_class"]  # the out-of-scope texts are not a label
     oos = rep["out_of_scope"]
-    assert oos["n_oos"] == 3 and oos["n_in_scope"] == 12 and 0.5 <= oos["auroc"] <= 1 and not oos["rejecting"]
+    assert oos["n_oos"] == 3 and oos["n_in_scope"] == 12 and not oos["rejecting"]
+    rows = _rows(toy_files / "test.csv")
+    in_scope, oos_texts = [t for t, y in rows if y != "oos"], [t for t, y in rows if y == "oos"]
+    assert len(oos_texts) == 3 and oos["auroc"] == pytest.approx(_auroc_by_hand(toy_model, in_scope, oos_texts))
     assert oos["in_scope_accuracy"] == rep["accuracy"]
     assert "AUROC" in out and "give --reject" in out
     with open(toy_files / "r" / "misclassified.csv", newline="") as fh:
@@ -54,7 +72,9 @@ def test_evaluate_writes_errors_pairs_and_out_of_scope(toy_model, dyntc_cli, toy
     code, out, err = dyntc_cli("evaluate", toy_model, "--data", toy_files / "test.csv", "--reject", "--report-dir", toy_files / "r2")
     assert code == 0, err
     oos = json.loads((toy_files / "r2" / "report.json").read_text())["out_of_scope"]
-    assert oos["rejecting"] and 0 <= oos["oos_recall"] <= 1 and "out-of-scope recall" in out
+    rejected = DynamicClassifier.load(toy_model).predict(oos_texts, reject=True).tolist()
+    assert oos["rejecting"] and oos["oos_recall"] == pytest.approx(np.mean([p is None for p in rejected]))
+    assert "out-of-scope recall" in out
 
 
 def test_evaluate_macro_average_counts_only_the_test_files_labels(toy_model, dyntc_cli, toy_files):
@@ -81,6 +101,27 @@ def test_calibrate_draws_its_report(toy_model, dyntc_cli, toy_files):
     cal = json.loads((toy_files / "cal" / "calibration.json").read_text())
     assert cal["threshold"] == json.loads(out)["threshold"] and cal["n_oos"] == 3
     assert sum(b["n"] for b in cal["reliability_after"]) == 12 == sum(b["n"] for b in cal["reliability_before"])
-    assert 0 <= cal["auroc"] <= 1
+    dev = [t for t, _ in _rows(toy_files / "dev.csv")]
+    oos_texts = (toy_files / "oos.txt").read_text().splitlines()
+    assert cal["auroc"] == pytest.approx(_auroc_by_hand(toy_model, dev, oos_texts))
     for png in ("reliability.png", "distances.png"):
         assert (toy_files / "cal" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_evaluate_and_calibrate_report_on_a_two_label_model(dyntc_cli, toy_files):
+    """A two-label model's decision_function is 1-D; the reports read label_scores, one column a label."""
+    rows = [r for r in _rows(toy_files / "train.csv") if r[1] in ("alarm", "weather")]
+    DynamicClassifier(encoder="hashing").fit(*zip(*rows)).save(toy_files / "two")
+    dev = [r for r in _rows(toy_files / "dev.csv") if r[1] in ("alarm", "weather")]
+    write_csv(toy_files / "dev2.csv", dev)
+    code, out, err = dyntc_cli("evaluate", toy_files / "two", "--data", toy_files / "dev2.csv", "--report-dir", toy_files / "r")
+    assert code == 0, err
+    rep = json.loads((toy_files / "r" / "report.json").read_text())
+    pred = DynamicClassifier.load(toy_files / "two").predict([t for t, _ in dev]).tolist()
+    assert rep["n"] == 6 and rep["accuracy"] == pytest.approx(np.mean([p == y for p, (_, y) in zip(pred, dev)]))
+    code, out, err = dyntc_cli("calibrate", toy_files / "two", "--data", toy_files / "dev2.csv", "--oos", toy_files / "oos.txt",
+                               "--report-dir", toy_files / "cal")
+    assert code == 0, err
+    cal = json.loads((toy_files / "cal" / "calibration.json").read_text())
+    oos_texts = (toy_files / "oos.txt").read_text().splitlines()
+    assert cal["auroc"] == pytest.approx(_auroc_by_hand(toy_files / "two", [t for t, _ in dev], oos_texts))

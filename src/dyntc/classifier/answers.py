@@ -23,11 +23,23 @@ def check_k(k: Any, arg: str = "k", low: int = 1) -> int:
     return k
 
 
-def check_record_args(scores: Any, top_k: Any, ranking: Any) -> None:
+def check_scores(scores: Any, n_classes: int, arg: str = "scores", one_d: bool = False) -> Any:
+    """`scores` (or squared distances), checked to have one column per label: a matrix from another
+    classifier, or a label set changed since, would otherwise be read against the wrong labels.
+    `one_d`: a two-label classifier's ``(n,)`` decision_function is accepted too."""
+    shape = np.shape(scores)
+    if one_d and n_classes == 2 and len(shape) == 1:
+        return scores
+    if len(shape) != 2 or shape[1] != n_classes:
+        source = "squared_distances(label_scores(texts))" if arg == "sq_distances" else "label_scores(texts)"
+        raise DyntcError(f"{arg} must be (n, {n_classes}), one column per label of classes_, got shape {shape}"
+                         + (" (a two-label decision_function is 1-D)" if len(shape) == 1 else "") + f": pass {source}")
+    return scores
+
+
+def check_record_args(scores: Any, n_classes: int, top_k: Any, ranking: Any) -> None:
     """What :meth:`~dyntc.classifier.DynamicClassifier.prediction_records` is given, checked."""
-    if np.ndim(scores) != 2:
-        raise DyntcError(f"scores must be (n, n_classes) label_scores, got shape {np.shape(scores)} (a two-label "
-                         "decision_function is 1-D): pass label_scores(texts)")
+    check_scores(scores, n_classes)
     check_k(top_k, "top_k")
     check_k(ranking, "ranking", low=0)
 

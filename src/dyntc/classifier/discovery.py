@@ -139,6 +139,13 @@ def _check_int(value, name: str, lo: int, hi: int | None = None, why: str = "") 
     return int(value)
 
 
+def check_seed(seed) -> int | None:
+    """`seed` of the clustering: an integer >= 0, or None for a fresh random draw (numpy's convention)."""
+    if seed is not None and not (is_int(seed) and seed >= 0):
+        raise DyntcError(f"seed must be an integer >= 0 (or None for a fresh random draw), got {seed!r}")
+    return seed
+
+
 def default_max_new(n_texts: int, n_known: int, min_cluster_size: int) -> int:
     """The largest number of new clusters the estimate considers: four times the known labels (at
     least 40), and no more than the texts allow at `min_cluster_size` each."""
@@ -183,6 +190,7 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     if mode not in MODES:
         raise DyntcError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     min_cluster_size = _check_int(min_cluster_size, "min_cluster_size", 1)
+    seed = check_seed(seed)
     texts = check_texts(texts, 2 * min_cluster_size)
     if len(points) != len(texts):
         raise DyntcError(f"{len(texts)} texts but {len(points)} points")

@@ -43,7 +43,7 @@ import torch
 
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from dyntc.classifier import answers, hygiene, replay, saving, suggestions, trainer
+from dyntc.classifier import answers, hygiene, replay, saving, suggestions, trainer, tuning
 from dyntc.classifier import discovery as _discovery
 from dyntc.classifier.calibration import (
     Calibration, check_max_drop, check_threshold, fit_calibration, require_calibration,
@@ -55,7 +55,7 @@ from dyntc.classifier.params import (
     check_new_params, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
 )
 from dyntc.classifier.replay import recorded
-from dyntc.classifier.store import ModelStore, is_store
+from dyntc.classifier.store import ModelStore
 from dyntc.classifier.targets import LabelCodec, as_texts, flat_labels, json_label
 from dyntc.errors import DyntcError, NotFittedError
 
@@ -400,6 +400,13 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
             self.refresh(wait=True)
         return self
 
+    # ------------------------------------------------------------------ tuning the backbone (classifier/tuning.py)
+
+    # tune(budget_s=600, *, device=None, episodes=None, calibration=None) -> self, in memory;
+    # tune_saved(path, budget_s=600, *, device="cpu", ...) -> TuneReport, a saved model tuned as one new version
+    tune = tuning.tune_for
+    tune_saved = classmethod(tuning.tune_saved_for)
+
     # ------------------------------------------------------------------ label operations
     # Each changes the label set at once and returns the new ``classes_``; the cosine head scores a
     # touched label by its prototype until the background refresh retrains it.
@@ -575,7 +582,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         the cosine head ``2 − 2 s / scale``, the squared distance on the unit sphere between the text's
         direction and the label's weight (plus twice the offset of an imprinted label). The nearest
         label is always the best-scored one; ``top_k``, the records and the rejection threshold use these."""
-        live = self._live_head()
+        live, scores = self._live_head(), answers.check_scores(scores, len(self.classes_))
         return -torch.as_tensor(scores).double() if live is None else live.sq_distances(scores)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -613,7 +620,8 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     def proba_from_scores(self, scores: torch.Tensor | np.ndarray) -> np.ndarray:
         """:meth:`predict_proba` from scores already computed (:meth:`label_scores`, or the
         :meth:`decision_function` of a two-label classifier)."""
-        return torch.softmax(answers.as_matrix(scores) / self.temperature_, dim=1).numpy()
+        scores = answers.as_matrix(answers.check_scores(scores, len(self.classes_), one_d=True))
+        return torch.softmax(scores / self.temperature_, dim=1).numpy()
 
     def top_k(self, texts: Sequence[str], k: int = 3) -> list[list[tuple[Any, float]]]:
         """For every text, the `k` best labels as ``(label, distance)``, nearest (best-scored) first;
@@ -623,7 +631,8 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
     def nearest_labels(self, sq_distances: torch.Tensor | np.ndarray, k: int) -> list[list[tuple[Any, float]]]:
         """From squared distances ``(n, n_classes)`` (``squared_distances(label_scores(texts))``), the
         `k` nearest labels of every row as ``(label, distance)``, nearest first."""
-        return answers.nearest(self.classes_.tolist(), sq_distances, k)
+        d2 = answers.check_scores(sq_distances, len(self.classes_), "sq_distances")
+        return answers.nearest(self.classes_.tolist(), d2, answers.check_k(k))
 
     def rank(self, texts: Sequence[str], k: int | None = answers.RANKING_LENGTH) -> list[list[tuple[Any, float]]]:
         """For every text, its `k` most probable labels (all with ``k=None``) as ``(label, confidence)``,
@@ -640,7 +649,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         labels and their distances (:meth:`top_k`'s), with `ranking` > 0 the ``ranking`` of that many
         labels by probability (``[{"label", "confidence"}]``, :meth:`rank`'s); numbers rounded to 6
         digits. ``dyntc predict`` and ``dyntc serve`` answer with these records."""
-        answers.check_record_args(scores, top_k, ranking)
+        answers.check_record_args(scores, len(self.classes_), top_k, ranking)
         threshold = self.require_calibration("reject").threshold if reject else None
         scores = torch.as_tensor(scores).double()
         probs = self.proba_from_scores(scores) if proba or ranking else None
@@ -652,8 +661,9 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         """Accuracy of :meth:`predict` on (`texts`, `labels`), weighted by `sample_weight` if given."""
         labels = flat_labels(labels)
         texts, _ = trainer.check_pairs(*self._targets.encoded(texts, labels))
+        weights = trainer.check_sample_weight(sample_weight, len(texts))
         hits = [p == y for p, y in zip(self.predict(texts).tolist(), labels)]
-        return float(np.average(hits, weights=sample_weight))
+        return float(np.average(hits, weights=weights))
 
     # ------------------------------------------------------------------ calibration
     # The temperature of predict_proba and the out-of-scope threshold of predict(reject=True)
@@ -727,10 +737,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         version on disk.
         """
         self._check_fitted()
-        if isinstance(path, ModelStore):
-            store = path
-        else:
-            store = ModelStore.open(path) if is_store(path) else ModelStore.create(path)
+        store = saving.target_store(path)
         with store.transaction() as txn:
             version = saving.write_version(txn, self.space_, self._labels, self.get_params(), self.calibration_,
                                            self._source, "save", check_base=True, label_type=self._targets.document())

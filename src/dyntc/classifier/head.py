@@ -14,10 +14,14 @@ The score of label c for a (unit-length) embedding x is
   weight near its label's normalised prototype p̂_c (few-shot labels must not drift from their few
   examples).
 - A label added or changed after the last refresh gets the *imprinted* weight ``w_c = p̂_c`` (Qi et
-  al. 2018) at once, and the offset ``o_c``: ``imprint_offset`` × the mean drop, over the stored
-  examples at the last refresh, of the true label's cosine from its prototype to its trained weight
-  (trained weights are less similar to their own examples than prototypes are; without the offset a
-  freshly imprinted label takes texts from trained ones). Trained labels have ``o_c = 0``.
+  al. 2018) at once, and the offset ``o_c``: at least ``imprint_offset`` × the mean drop, over the
+  stored examples at the last refresh, of the true label's cosine from its prototype to its trained
+  weight (trained weights are less similar to their own examples than prototypes are; without the
+  offset a freshly imprinted label takes texts from trained ones), raised where needed so that the
+  label would take at most ``imprint_share`` of the last refresh's stored examples of other labels
+  from the label the trained head gives them (:func:`imprint_offsets`: a label added among close
+  neighbours, as in a fine-grained intent set, gets a larger offset than one added in an empty
+  region). Trained labels have ``o_c = 0``.
 - ``p_c``, ``n_c`` and σ² are the prototype, support size and pooled within-label spread of the
   product's support-size-corrected nearest-prototype score (:mod:`dyntc.classifier.labels`);
   ``proto_weight = 0`` (the default chosen on dev, docs/intents.md) leaves it out.
@@ -53,6 +57,9 @@ class HeadConfig:
     max_iter: int = 50  # L-BFGS iterations per refresh
     proto_weight: float = 0.0  # weight of the support-size-corrected prototype score
     imprint_offset: float = 0.5  # imprinted labels' cosines lowered by this share of the true-label cosine lost in training
+    # ... and further, until an imprinted label takes at most this share of the other labels' stored
+    # examples from their trained label (1: no further; docs/intents.md, "Right after a bulk add")
+    imprint_share: float = 0.003
     proto_scale: float = 16.0
     debias: bool = True
 
@@ -65,6 +72,8 @@ class HeadConfig:
             value = getattr(self, name)
             if not (is_number(value) and math.isfinite(value) and value >= 0):
                 raise DyntcError(f"{name} must be a number >= 0, got {value!r}")
+        if not (is_number(self.imprint_share) and 0 <= self.imprint_share <= 1):
+            raise DyntcError(f"imprint_share must be a number in [0, 1], got {self.imprint_share!r}")
         if not (is_int(self.max_iter) and self.max_iter >= 0):
             raise DyntcError(f"max_iter must be an integer >= 0, got {self.max_iter!r}")
         for name in ("learn_scale", "debias"):
@@ -198,6 +207,50 @@ def train_cosine_head(x: np.ndarray, y: np.ndarray, init: np.ndarray, anchors: n
     return weights, s, {"seconds": time.perf_counter() - t0, "evaluations": evals, "examples": len(x)}
 
 
+#: At most this many stored examples (a fixed random subset of them) form a refresh's :class:`Reference`:
+#: an imprinted label's offset then costs one (rows × dim) product, ~1 ms, however large the store.
+REFERENCE_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Stored examples as the last refresh scores them: unit rows ``(R, d)``, each one's best cosine
+    with a trained weight ``(R,)``, and its label ``(R,)`` (a name or an index)."""
+
+    x: np.ndarray
+    top: np.ndarray
+    owner: np.ndarray
+
+
+def reference(x: np.ndarray, owner: np.ndarray, weights: np.ndarray, seed: int = 0) -> Reference:
+    """The :class:`Reference` of stored examples `x` (labels `owner`) under trained unit `weights`:
+    all of them, or a fixed random subset of :data:`REFERENCE_ROWS` (a function of the data alone)."""
+    if len(x) > REFERENCE_ROWS:
+        keep = np.sort(np.random.default_rng(seed).choice(len(x), REFERENCE_ROWS, replace=False))
+        x, owner = x[keep], np.asarray(owner)[keep]
+    xn = normalize(np.asarray(x, np.float32))
+    top = (xn @ np.asarray(weights, np.float32).T).max(1) if len(weights) else np.full(len(xn), -np.inf, np.float32)
+    return Reference(xn, top.astype(np.float32), np.asarray(owner))
+
+
+def imprint_offsets(anchors: np.ndarray, owner, ref: Reference | None, base: float, share: float) -> np.ndarray:
+    """Offsets ``(k,)`` of an imprinted label's unit prototypes `anchors` ``(k, d)``: the smallest
+    ``o >= base`` such that ``cos(x, anchor) − o`` beats the best trained cosine of at most ``share``
+    of the reference's examples of other labels than `owner` (the ones it would take from them)."""
+    out = np.full(len(anchors), float(base), dtype=np.float32)
+    if ref is None or share >= 1 or not len(ref.top):
+        return out
+    excess = ref.x @ np.asarray(anchors, np.float32).T - ref.top[:, None]  # (R, k): o must exceed it to leave x
+    own = ref.owner == owner
+    excess[own] = -np.inf  # its own examples (no copy of the reference: this runs in add_label)
+    others = len(excess) - int(own.sum())
+    allowed = int(share * others)  # examples the label may take
+    if allowed >= others:
+        return out
+    needed = -np.partition(-excess, allowed, axis=0)[allowed]  # the (allowed + 1)-th largest, per anchor
+    return np.maximum(out, needed.astype(np.float32))
+
+
 # --------------------------------------------------------------------------- the stateful head
 
 
@@ -224,6 +277,7 @@ class Trained:
     scale: float
     imprint_offset: float
     info: dict
+    reference: Reference | None = None
 
 
 def train(snapshot: Snapshot, config: HeadConfig) -> Trained:
@@ -238,7 +292,7 @@ def train(snapshot: Snapshot, config: HeadConfig) -> Trained:
         xn = normalize(x)
         lost = (xn * snapshot.anchors[y]).sum(1) - (xn * weights[y]).sum(1)
         offset = config.imprint_offset * float(lost.mean())
-    return Trained(snapshot, weights, scale, offset, info)
+    return Trained(snapshot, weights, scale, offset, info, reference(x, y, weights))
 
 
 class CosineHead:
@@ -262,7 +316,9 @@ class CosineHead:
         self._clock = 0
         self._trained: dict[str, np.ndarray] = {}  # label -> unit weight from the last refresh (never stale)
         self.scale = float(config.scale)
-        self.imprint_offset = 0.0  # subtracted from imprinted labels' cosines
+        self.imprint_offset = 0.0  # subtracted from imprinted labels' cosines (at least)
+        self._reference: Reference | None = None  # the last refresh's stored examples (owners: label names)
+        self._offsets: dict[str, tuple[int, float]] = {}  # imprinted label -> (version, its offset)
         self.last_refresh: dict = {}
         self._cache: tuple | None = None
 
@@ -323,9 +379,18 @@ class CosineHead:
             spread = sum(self._stats[c][2] for c in classes)
             anchors = normalize(means)
             weights = np.stack([self._trained.get(c, anchors[i]) for i, c in enumerate(classes)])
-            offsets = np.array([0.0 if c in self._trained else self.imprint_offset for c in classes], dtype=np.float32)
+            offsets = np.array([0.0 if c in self._trained else self._imprint_offset(c, anchors[i])
+                                for i, c in enumerate(classes)], dtype=np.float32)
             self._cache = (classes, means, counts, pooled_spread(spread, counts), anchors, weights, offsets)
         return self._cache
+
+    def _imprint_offset(self, name: str, anchor: np.ndarray) -> float:
+        version = self._version[name]
+        if self._offsets.get(name, (None,))[0] != version:
+            offset = imprint_offsets(anchor[None, :], name, self._reference, self.imprint_offset,
+                                     self.config.imprint_share)[0]
+            self._offsets[name] = (version, float(offset))
+        return self._offsets[name][1]
 
     def scores(self, x) -> np.ndarray:
         """``(n, n_classes)`` combined scores, columns in :attr:`classes` order."""
@@ -347,6 +412,9 @@ class CosineHead:
         snap = trained.snapshot
         self.scale = trained.scale
         self.imprint_offset = trained.imprint_offset
+        ref = trained.reference
+        self._reference = None if ref is None else Reference(ref.x, ref.top, np.asarray(snap.classes)[ref.owner])
+        self._offsets = {}
         for name, version, weight in zip(snap.classes, snap.versions, trained.weights):
             if self._version.get(name) == version:
                 self._trained[name] = weight
@@ -361,10 +429,13 @@ class CosineHead:
 
     # -- persistence
     def state_dict(self) -> dict:
-        """What a store keeps besides the support sets: config, scale, imprint offset and the trained
-        weight of every non-stale label (a label without one is imprinted on load)."""
+        """What a store keeps besides the support sets: config, scale, imprint offset, the trained
+        weight of every non-stale label (a label without one is imprinted on load) and the offset of
+        every imprinted one (:func:`imprint_offsets`; the reference it came from is not kept)."""
+        self._state()  # the imprinted labels' offsets, computed
         return {"config": self.config.to_dict(), "scale": self.scale, "imprint_offset": self.imprint_offset,
-                "weights": {c: self._trained[c].tolist() for c in sorted(self._trained)}}
+                "weights": {c: self._trained[c].tolist() for c in sorted(self._trained)},
+                "imprinted_offsets": {c: self._offsets[c][1] for c in sorted(self.stale)}}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` on a head holding the same support sets."""
@@ -372,10 +443,15 @@ class CosineHead:
             config = HeadConfig(**state["config"])
             weights = {c: np.asarray(w, dtype=np.float32) for c, w in state["weights"].items()}
             scale, offset = float(state["scale"]), float(state["imprint_offset"])
+            imprinted = {c: float(o) for c, o in state.get("imprinted_offsets", {}).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise DyntcError(f"the stored head is damaged ({type(exc).__name__}: {exc}); refresh it again") from exc
         unknown = sorted(set(weights) - set(self._support))
         if unknown:
             raise DyntcError(f"the stored head has weights for labels that do not exist: {unknown[:5]}")
         self.config, self.scale, self.imprint_offset, self._trained = config, scale, offset, weights
+        # the reference is not stored: a label imprinted when saved keeps its offset, one imprinted
+        # later gets the base offset until the next refresh
+        self._reference = None
+        self._offsets = {c: (self._version[c], o) for c, o in imprinted.items() if c in self._support}
         self._cache = None

@@ -327,6 +327,8 @@ class LabelSet:
         each old support example not given again in `parts` also joins the new label whose prototype
         is nearest (stored points reused, nothing re-encoded)."""
         self.require(name)
+        if not isinstance(reassign, bool):
+            raise DyntcError(f"reassign must be True or False, got {reassign!r}")
         if not isinstance(parts, Mapping):
             raise DyntcError("parts must be a dict {new_label: [example texts, ...]}")
         if len(parts) < 2:

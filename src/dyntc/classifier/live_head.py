@@ -20,7 +20,8 @@ copy or a deep copy gets the same weights as the original's refresh of the same 
 result, :class:`Trained`, is immutable and keyed by the label's :class:`~dyntc.classifier.labels.Support`
 object, which a label operation replaces and never changes in place. So a label whose support
 changed since the refresh (added, given examples, split, merged) has no trained weight and is
-scored at once with its *imprinted* weight (its normalised prototype, minus the imprint offset); a
+scored at once with its *imprinted* weight (its normalised prototype, minus its imprint offset: at least the
+refresh's, more for a label among close neighbours, :func:`~dyntc.classifier.head.imprint_offsets`); a
 renamed label keeps its support object and its weight; a removed one is simply not scored.
 
 **Installing** a refresh is one assignment of a new :class:`Trained` to the label set's ``head``: a
@@ -52,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dyntc.classifier.head import HeadConfig, normalize, train_cosine_head
+from dyntc.classifier.head import HeadConfig, Reference, imprint_offsets, normalize, reference, train_cosine_head
 from dyntc.errors import DyntcError, is_number
 
 log = logging.getLogger(__name__)
@@ -104,25 +105,28 @@ def _anchors(space: Any, support: Any) -> np.ndarray:
 
 class Trained:
     """A refresh's result: the unit weights of every part of the support sets it was trained on (found
-    by the support object's identity), the scale, the offset imprinted labels get, and how the
-    refresh went. Never modified once made (copies and pickles rebuild the identity index)."""
+    by the support object's identity), the scale, the (least) offset imprinted labels get, the stored
+    examples as it scores them (:class:`~dyntc.classifier.head.Reference`, owners: label names; an
+    imprinted label's own offset comes from them), and how the refresh went. Never modified once made
+    (copies and pickles rebuild the identity index)."""
 
-    __slots__ = ("entries", "scale", "imprint_offset", "info", "_index")
+    __slots__ = ("entries", "scale", "imprint_offset", "info", "reference", "_index")
 
     def __init__(self, entries: tuple[tuple[Any, np.ndarray], ...], scale: float, imprint_offset: float,
-                 info: Mapping[str, Any]):
+                 info: Mapping[str, Any], reference: Reference | None = None):
         set_ = object.__setattr__
         set_(self, "entries", tuple(entries))  # (Support, (n_parts, d)) pairs
         set_(self, "scale", float(scale))
         set_(self, "imprint_offset", float(imprint_offset))
         set_(self, "info", dict(info))
+        set_(self, "reference", reference)
         set_(self, "_index", {id(support): (support, w) for support, w in self.entries})
 
     def __setattr__(self, name, value):
         raise AttributeError("a Trained head is immutable")
 
     def __getstate__(self):
-        return self.entries, self.scale, self.imprint_offset, self.info
+        return self.entries, self.scale, self.imprint_offset, self.info, self.reference
 
     def __setstate__(self, state):
         self.__init__(*state)
@@ -143,6 +147,7 @@ class View:
     classes: tuple[str, ...]
     supports: tuple[Any, ...]
     anchors: Mapping[int, tuple[Any, np.ndarray]]  # id(Support) -> (Support, unit part prototypes)
+    imprints: Mapping[int, tuple[Any, np.ndarray]]  # id(Support) -> (Support, part offsets): imprinted labels
     weights: np.ndarray  # (rows, d) unit: one row per part of every label
     offsets: np.ndarray  # (rows,)
     owner: np.ndarray  # (rows,) label index of every row
@@ -158,7 +163,8 @@ def view(labels: Any, config: HeadConfig) -> View:
     if current is not None and current.token is token and current.trained is trained:
         return current
     known = current.anchors if current is not None else {}
-    anchors, weights, offsets, owner, imprinted = {}, [], [], [], []
+    known_offsets = current.imprints if current is not None and current.trained is trained else {}
+    anchors, imprints, weights, offsets, owner, imprinted = {}, {}, [], [], [], []
     items = labels.items()
     for i, (name, support) in enumerate(items):
         entry = known.get(id(support))
@@ -167,7 +173,12 @@ def view(labels: Any, config: HeadConfig) -> View:
         w = None if trained is None else trained.rows(support)
         if w is None or w.shape != a.shape:
             w = a
-            offsets += [0.0 if trained is None else trained.imprint_offset] * len(a)
+            entry = known_offsets.get(id(support))
+            o = entry[1] if entry is not None and entry[0] is support else (
+                np.zeros(len(a), np.float32) if trained is None else
+                imprint_offsets(a, name, trained.reference, trained.imprint_offset, config.imprint_share))
+            imprints[id(support)] = (support, o)
+            offsets += list(o)
             imprinted.append(name)
         else:
             offsets += [0.0] * len(a)
@@ -175,7 +186,7 @@ def view(labels: Any, config: HeadConfig) -> View:
         owner += [i] * len(a)
     if not items:
         raise DyntcError("the label set is empty")
-    made = View(token, trained, tuple(n for n, _ in items), tuple(s for _, s in items), anchors,
+    made = View(token, trained, tuple(n for n, _ in items), tuple(s for _, s in items), anchors, imprints,
                 np.concatenate(weights).astype(np.float32), np.asarray(offsets, dtype=np.float32),
                 np.asarray(owner, dtype=np.int64), float(config.scale if trained is None else trained.scale),
                 tuple(imprinted))
@@ -217,7 +228,7 @@ def carry(trained: Trained | None, labels: Any) -> Trained | None:
             if old is None or w.shape[0] != support.n_parts or not torch.equal(old.points[:1], support.points[:1]):
                 continue
         entries.append((support, w))
-    return Trained(tuple(entries), trained.scale, trained.imprint_offset, trained.info)
+    return Trained(tuple(entries), trained.scale, trained.imprint_offset, trained.info, trained.reference)
 
 
 def adopt(live: "LiveHead", labels: Any, other: Any) -> list[str]:
@@ -240,7 +251,7 @@ def train(labels: Any, config: HeadConfig) -> tuple[Trained, View]:
     t0 = time.perf_counter()
     n_rows = len(v.weights)
     examples = sum(len(s.texts) for s in v.supports)
-    if n_rows < 2:  # nothing to discriminate: every label stays imprinted (offset 0)
+    if n_rows < 2:  # nothing to discriminate: every label stays imprinted (offset 0, no reference)
         return Trained((), float(config.scale), 0.0, {"seconds": 0.0, "examples": examples, "rows": n_rows}), v
     x = np.concatenate([features(labels.space, s.points) for s in v.supports])
     first = np.cumsum([0] + [s.n_parts for s in v.supports])[:-1]
@@ -255,8 +266,10 @@ def train(labels: Any, config: HeadConfig) -> tuple[Trained, View]:
         lost = (xn * anchors[y]).sum(1) - (xn * weights[y]).sum(1)
         offset = config.imprint_offset * float(lost.mean())
     entries = tuple((s, weights[first[i]:first[i] + s.n_parts]) for i, s in enumerate(v.supports))
+    row_label = np.repeat(np.asarray(v.classes, dtype=object), [s.n_parts for s in v.supports])
+    ref = reference(x, row_label[y], weights)
     info = {**info, "rows": n_rows, "seconds": time.perf_counter() - t0}
-    return Trained(entries, scale, offset, info), v
+    return Trained(entries, scale, offset, info, ref), v
 
 
 class Refresher:

@@ -56,7 +56,7 @@ PARAMETER_CONSTRAINTS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "head_options": ((lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v))),
                      "a dict of cosine-head options (HeadConfig fields, refresh_delay), or None"),
     "batch_size": _int(1),
-    "seed": ((lambda v: is_int(v)), "an integer"),
+    "seed": ((lambda v: is_int(v) and v >= 0), "an integer >= 0"),  # numpy's generators refuse negative seeds
     "device": ((lambda v: True), "a torch device"),  # checked by check_device, which knows what is there
     "progress": _BOOL,
 }

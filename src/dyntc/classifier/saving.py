@@ -19,12 +19,14 @@ from dyntc.classifier.calibration import Calibration
 from dyntc.classifier.labels import LabelSet
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import space_options
-from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store
+from dyntc.classifier.store import ModelStore, Snapshot, Transaction, copy_store, is_store
 from dyntc.errors import DyntcError, is_int
 
 
 #: Version of the classifier's stored description (params, calibration); the store has its own.
-CLASSIFIER_FORMAT = 2
+#: 3: a pretrained backbone's weights hold only its trained layers (the frozen ones come from its files).
+CLASSIFIER_FORMAT = 3
+READABLE_FORMATS = (2, 3)  # format 2 stored the whole backbone, which format 3 reads as well
 
 
 def write_version(txn: Transaction, space: MetricSpace, labels: LabelSet, params: dict, calibration: Calibration | None,
@@ -99,9 +101,9 @@ def commit_edit(store: ModelStore, clf: Any, log: list, op: str) -> tuple[str, i
 def stored_params(snap: Snapshot, param_names: Sequence[str]) -> dict:
     """The constructor parameters a stored version was saved with (those among `param_names`), on the CPU."""
     doc = snap.document
-    if doc.get("format") != CLASSIFIER_FORMAT:
-        raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads format "
-                         f"{CLASSIFIER_FORMAT}: refit it or use the dyntc version that wrote it")
+    if doc.get("format") not in READABLE_FORMATS:
+        raise DyntcError(f"the stored classifier is in format {doc.get('format')!r}; this dyntc reads formats "
+                         f"{', '.join(map(str, READABLE_FORMATS))}: refit it or use the dyntc version that wrote it")
     params = {k: v for k, v in (doc.get("params") or {}).items() if k in param_names}
     params["device"] = "cpu"
     params.setdefault("debias", False)  # saved before the support-size correction existed: predict as then
@@ -124,7 +126,18 @@ def open_store(location: str | Path | ModelStore) -> ModelStore:
     return location if isinstance(location, ModelStore) else ModelStore.open(location)
 
 
+def target_store(location: str | Path | ModelStore) -> ModelStore:
+    """The store a save writes to: the one at `location`, or a new one created there."""
+    if isinstance(location, ModelStore):
+        return location
+    if not isinstance(location, (str, Path)) or not str(location):
+        raise DyntcError(f"a model location is a directory path or a postgresql:// URL, got {location!r}")
+    return ModelStore.open(location) if is_store(location) else ModelStore.create(location)
+
+
 def list_versions(path: str | Path, limit: int | None = None) -> list[dict]:
+    if limit is not None and not (is_int(limit) and limit >= 1):
+        raise DyntcError(f"limit must be None (every version) or an integer >= 1, got {limit!r}")
     return open_store(path).versions(limit)
 
 

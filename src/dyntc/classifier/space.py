@@ -19,7 +19,7 @@ from safetensors.torch import save as save_safetensors
 from dyntc.core.encoders import build_encoder
 from dyntc.core.encoders.base import eval_mode, module_device
 from dyntc.errors import DyntcError
-from dyntc.core.models import PrototypicalNetwork
+from dyntc.core.models import PrototypicalNetwork, load_trainable_state, trainable_state
 
 
 class MetricSpace:
@@ -111,10 +111,11 @@ class MetricSpace:
 
     def weights(self) -> tuple[bytes | None, str]:
         """``(safetensors bytes, hash)``; bytes are None when the weights are unchanged since the last
-        call (the store then refers to them by hash)."""
+        call (the store then refers to them by hash). A pretrained backbone's frozen layers are left
+        out (:func:`stored_state`): only what was trained is stored."""
         if self._weights_hash is not None:
             return None, self._weights_hash
-        state = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
+        state = {k: v.detach().cpu().contiguous() for k, v in stored_state(self.model).items()}
         data = save_safetensors(state)
         self._weights_hash = hashlib.sha256(data).hexdigest()
         return data, self._weights_hash
@@ -137,10 +138,31 @@ class MetricSpace:
         except (KeyError, TypeError, ValueError) as exc:
             raise DyntcError(f"the stored model is damaged ({type(exc).__name__}: {exc}); restore another version") from exc
         try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
+            load_trainable_state(model, state)
+        except (DyntcError, RuntimeError) as exc:
             first = str(exc).strip().splitlines()[-1][:300]
             raise DyntcError(f"the stored weights do not match the stored model description ({first})") from exc
+        if set(model.state_dict()) - set(state):  # frozen layers taken from the backbone's files: the same?
+            _check_backbone_weights(document, model)
         space = cls(model, **options)
         space._weights_hash = weights_hash
         return space
+
+
+def stored_state(model: PrototypicalNetwork) -> dict[str, torch.Tensor]:
+    """What a store keeps of `model`'s weights: with a pretrained backbone (whose files are
+    fingerprinted) only the trainable tensors (:func:`~dyntc.core.models.trainable_state`; a tuned
+    MiniLM's top two layers, ~14 MB of its ~90 MB), since the frozen ones are the backbone's own and
+    are read from its files again; with any other encoder the whole state."""
+    if not (getattr(model.encoder, "fingerprint", None) or {}).get("weights"):
+        return model.state_dict()
+    return trainable_state(model)
+
+
+def _check_backbone_weights(document: dict, model: PrototypicalNetwork) -> None:
+    saved = ((document.get("encoder") or {}).get("fingerprint") or {}).get("weights")
+    now = (getattr(model.encoder, "fingerprint", None) or {}).get("weights")
+    if saved is None or saved != now:
+        raise DyntcError(f"the stored model keeps only the layers it trained and takes the others from its backbone, "
+                         f"whose weights differ from those it was trained on (fingerprint {saved} saved, {now} now): "
+                         "install the same model version")

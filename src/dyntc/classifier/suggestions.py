@@ -24,14 +24,15 @@ pairs at most 0.22; planted pairs of intents split at ratios 2.0-3.7, untouched 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from dyntc.classifier import clustering as cl
-from dyntc.classifier.discovery import _known, unique_name
+from dyntc.classifier.discovery import _known, check_seed, unique_name
 from dyntc.classifier.labels import LabelSet
-from dyntc.errors import DyntcError, is_number
+from dyntc.errors import DyntcError, is_int, is_number
 
 MERGE_RATE = 0.3
 SPLIT_RATIO = 2.5
@@ -71,7 +72,7 @@ class Suggestion:
 
 
 def _check(value, name: str, hi: float | None = None) -> float:
-    if not is_number(value) or value <= 0 or (hi is not None and value > hi):
+    if not is_number(value) or not 0 < value <= (math.inf if hi is None else hi):  # also refuses NaN
         raise DyntcError(f"{name} must be a number {'> 0' if hi is None else f'in (0, {hi}]'}, got {value!r}")
     return float(value)
 
@@ -83,10 +84,11 @@ def suggest(labels: LabelSet, *, merge_rate: float = MERGE_RATE, split_ratio: fl
     merge_rate = _check(merge_rate, "merge_rate", 1.0)
     split_ratio = _check(split_ratio, "split_ratio")
     min_share = _check(min_share, "min_share", 0.5)
-    if not (isinstance(min_part, int) and min_part >= 1):
+    if not (is_int(min_part) and min_part >= 1):
         raise DyntcError(f"min_part must be an integer >= 1, got {min_part!r}")
-    if top is not None and not (isinstance(top, int) and top >= 1):
+    if top is not None and not (is_int(top) and top >= 1):
         raise DyntcError(f"top must be None or an integer >= 1, got {top!r}")
+    seed = check_seed(seed)
     if len(labels) < 2:
         return []
     points, ids, owners = _known(labels)

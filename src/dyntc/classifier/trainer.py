@@ -10,6 +10,7 @@ the episodes (they still get prototypes).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -31,12 +32,30 @@ def check_pairs(texts: Any, labels: Any, tname: str = "texts", lname: str = "lab
     if len(texts) != len(labels):
         raise DyntcError(f"{tname} and {lname} differ in length: {len(texts)} vs {len(labels)}")
     if not texts and not allow_empty:
-        raise DyntcError(f"{tname} is empty: nothing to train on")
+        raise DyntcError(f"{tname} is empty: pass at least one text with its label")
     check_texts(texts, tname)
     for i, y in enumerate(labels):
         if not isinstance(y, str) or not y.strip():
             raise DyntcError(f"{lname}[{i}] is {y!r}: labels must be non-empty strings (convert them with str())")
     return texts, labels
+
+
+def check_sample_weight(weights: Any, n: int) -> list[float] | None:
+    """`weights` as `n` finite non-negative numbers that do not all vanish, or None (all equal)."""
+    if weights is None:
+        return None
+    if isinstance(weights, str) or not isinstance(weights, Iterable):
+        raise DyntcError(f"sample_weight must be None or a list of numbers, got {type(weights).__name__}")
+    weights = list(weights)
+    if len(weights) != n:
+        raise DyntcError(f"sample_weight has {len(weights)} weights for {n} texts: give one weight per text")
+    for i, w in enumerate(weights):
+        w = w.item() if hasattr(w, "item") else w  # numpy and torch scalars
+        if not (is_number(w) and 0 <= w < math.inf):
+            raise DyntcError(f"sample_weight[{i}] is {w!r}: weights must be finite numbers >= 0")
+    if not any(weights):
+        raise DyntcError("sample_weight is all zeros: at least one text needs a positive weight")
+    return [float(w.item() if hasattr(w, "item") else w) for w in weights]
 
 
 def check_dev(dev: Any, classes: Sequence[str]) -> tuple[list[str], list[str]] | None:

@@ -66,6 +66,10 @@ def _register() -> None:
 
     app.command("serve")(serve.serve)
 
+    from dyntc.cli import tune
+
+    app.command("tune")(tune.tune)
+
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A library warning as one line, without the file and line it was raised at."""

@@ -149,7 +149,7 @@ def _calibration_report(report_dir: Path, clf, texts: list[str], labels: list[st
     from dyntc.cli import report
 
     report_dir.mkdir(parents=True, exist_ok=True)
-    scores = torch.as_tensor(clf.decision_function(texts)).double()  # the texts' embeddings are cached by now
+    scores = torch.as_tensor(clf.label_scores(texts)).double()  # the texts' embeddings are cached by now
     index = {c: i for i, c in enumerate(clf.classes_)}
     y = np.array([index[label] for label in labels])
     before = torch.softmax(scores / clf.prior_temperature_, 1).numpy()
@@ -159,7 +159,7 @@ def _calibration_report(report_dir: Path, clf, texts: list[str], labels: list[st
     nearest = clf.squared_distances(scores).min(1).values.clamp_min(0).sqrt().numpy()
     oos_nearest = None
     if oos_texts:
-        oos_nearest = clf.squared_distances(clf.decision_function(oos_texts)).min(1).values.clamp_min(0).sqrt().numpy()
+        oos_nearest = clf.squared_distances(clf.label_scores(oos_texts)).min(1).values.clamp_min(0).sqrt().numpy()
     report.score_histogram_png(report_dir / "distances.png", nearest, oos_nearest, cal.threshold)
     report.write_json(report_dir / "calibration.json", {
         **cal.to_dict(), "reliability_before": bins_before, "reliability_after": bins_after,
@@ -227,7 +227,7 @@ def evaluate(
         clf.require_calibration("--reject")
     t0 = time.perf_counter()
     with showing_progress(progress):
-        scores = clf.decision_function(texts)
+        scores = clf.label_scores(texts)
     seconds = time.perf_counter() - t0
     pred = [r["label"] for r in clf.prediction_records(scores, reject=reject)]
     d2 = clf.squared_distances(scores)

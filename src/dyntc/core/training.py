@@ -200,6 +200,7 @@ def train_prototypical(
         seed=cfg.seed, names=train.classes, hard_fraction=cfg.hard_fraction,
     )
     dev_support = train.per_class(cfg.eval_support_per_class, seed=cfg.seed)
+    collate = model.encoder.training_collator(train.items)  # a fine-tuned backbone's frozen part: once per text
     optimizer = make_optimizer(model, cfg.lr)
     base_lrs = [g["lr"] for g in optimizer.param_groups]  # before a resume loads the decayed ones
     stopper = EarlyStopping(model, cfg.patience)
@@ -221,8 +222,8 @@ def train_prototypical(
     bar = tqdm(range(first, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
     for step in bar:
         ep = sampler.sample()
-        support = to_device(model.encoder.collate([train.items[i] for i in ep.support]), device)
-        query = to_device(model.encoder.collate([train.items[i] for i in ep.query]), device)
+        support = to_device(collate(ep.support), device)
+        query = to_device(collate(ep.query), device)
         warming = step <= cfg.euclidean_warmup
         with (model.metric_as("euclidean") if warming else nullcontext(),
               model.clip_suspended() if warming and not cfg.euclidean_warmup_clip else nullcontext()):
@@ -278,6 +279,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
         raise DyntcError("lr_cosine applies to episodic (EUC/HYP) training only, not to the MLP; "
                          "set it per model (per_model / --tune-grid hyp.lr_cosine=1)")
     model.to(device).train()
+    collate = model.encoder.training_collator(train.items)
     optimizer = make_optimizer(model, cfg.lr)
     stopper = EarlyStopping(model, cfg.patience)
     history: list[dict] = []
@@ -304,7 +306,7 @@ def train_supervised(model: MLPClassifier, train: Encoded, dev: Encoded | None, 
         losses = []
         for b in range(n_batches):
             idx = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
-            batch = to_device(model.encoder.collate([train.items[i] for i in idx]), device)
+            batch = to_device(collate(idx), device)
             loss = nn.functional.cross_entropy(model(**batch), labels[idx].to(device))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -138,6 +138,74 @@ def test_finetune_forward_in_length_groups_equals_one_padded_batch(frozen, monke
     assert torch.equal(grouped[0], grouped[6])  # the same text in two places: the same row
 
 
+def _embeddings_and_grads(enc, batch):
+    enc.zero_grad()
+    out = enc(**batch)
+    (out * torch.arange(1.0, out.shape[1] + 1)).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
+
+
+CACHE_TEXTS = [FLIGHT, "hi", TICKET * 2, BALANCE, "book", "what is the weather like in paris tomorrow morning", FLIGHT]
+
+
+@pytest.mark.parametrize("group", [2, 1000])
+def test_cached_frozen_layers_give_the_whole_backbones_embeddings_and_gradients(monkeypatch, group):
+    """In eval mode the trained layers run on the cached frozen layers' output give the embeddings and
+    the gradients of the whole backbone run on the token ids, rows in input order, with length groups
+    and without; only the top layers get gradients."""
+    monkeypatch.setattr(pretrained, "LENGTH_GROUP", group)
+    enc = PretrainedEncoder.create("minilm", mode="finetune", num_layers=0, max_len=32, train_layers=2)
+    items = enc.featurize(CACHE_TEXTS)
+    collate = enc.training_collator(items)
+    assert isinstance(collate, pretrained.layer_cache.FrozenStates)
+    enc.eval()
+    whole, grads_whole = _embeddings_and_grads(enc, enc.collate(items))
+    order = [3, 0, 6, 5, 1, 2, 4]  # any rows, in any order
+    cached, grads_cached = _embeddings_and_grads(enc, collate(order))
+    torch.testing.assert_close(cached, whole[order], atol=1e-5, rtol=0)
+    torch.testing.assert_close(cached[order.index(0)], cached[order.index(6)], atol=1e-6, rtol=0)  # one text twice
+    assert sorted(grads_cached) == sorted(grads_whole) and all(".layer.4." in n or ".layer.5." in n for n in grads_cached)
+    # the loss weights rows by column, not by row, so the permutation leaves the gradients alike
+    for name, g in grads_whole.items():
+        torch.testing.assert_close(grads_cached[name], g, atol=1e-4, rtol=1e-3)
+
+
+def test_the_cache_runs_the_frozen_layers_in_eval_mode_once_per_text():
+    """In train mode the frozen part is computed once per text without dropout (the same states every
+    time, those of eval mode); the trained layers keep their dropout; the memory bound is kept, and
+    texts past it are computed again, alike."""
+    enc = PretrainedEncoder.create("minilm", mode="finetune", num_layers=0, max_len=32, train_layers=1)
+    items = enc.featurize(CACHE_TEXTS)
+    enc.eval()
+    reference = pretrained.layer_cache.lower_states(enc.backbone, 1, **{k: v for k, v in enc.collate(items).items()})
+    enc.train()
+    bound = 3 * 8 * enc.input_dim * 4  # room for a few short texts only
+    collate = pretrained.layer_cache.FrozenStates(enc.backbone, 1, items, enc._pad_id, max_bytes=bound)
+    first, again = collate(range(len(items))), collate(range(len(items)))
+    assert 0 < collate.nbytes <= bound and 0 < len(collate.states) < len(set(map(tuple, map(list, items))))
+    assert collate.computed == 2 * len(items) - len(collate.states)  # the kept ones are not computed twice
+    torch.testing.assert_close(first["hidden_states"], again["hidden_states"], atol=0, rtol=0)
+    for i, x in enumerate(items):
+        torch.testing.assert_close(first["hidden_states"][i, :len(x)], reference[i, :len(x)], atol=1e-5, rtol=0)
+    assert enc.training and enc.backbone.training  # the modes the caller set are left as they were
+    with torch.no_grad():
+        assert not torch.equal(enc(**first), enc(**first))  # dropout in the trained layer
+
+
+def test_a_backbone_that_does_not_split_runs_whole(monkeypatch):
+    enc = PretrainedEncoder.create("minilm", mode="finetune", num_layers=0, max_len=16, train_layers=1)
+    items = enc.featurize([FLIGHT, BALANCE])
+    monkeypatch.setattr(pretrained.layer_cache, "split_matches", lambda *a, **k: False)
+    with pytest.warns(UserWarning, match="every episode runs all of it"):
+        collate = enc.training_collator(items)
+    assert set(collate([1, 0])) == {"input_ids", "attention_mask"}
+    whole = PretrainedEncoder.create("minilm", mode="finetune", num_layers=0, max_len=16)  # all layers trained
+    batch = whole.training_collator(items)([0, 1])
+    assert set(batch) == {"input_ids", "attention_mask"}
+    with pytest.raises(DyntcError, match="hidden_states and attention_mask"):
+        enc(input_ids=batch["input_ids"], hidden_states=torch.zeros(2, 3, 384), attention_mask=batch["attention_mask"])
+
+
 @pytest.mark.data
 @pytest.mark.parametrize("mode", ["frozen", "finetune"])
 def test_save_load_round_trip(clinc, mode):

@@ -13,7 +13,7 @@ same shape (weights then come from a state dict); it must include ``"kind"``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,6 +36,12 @@ class TextEncoder(nn.Module):
 
     def config(self) -> dict:
         raise NotImplementedError
+
+    def training_collator(self, items: Sequence[Any]) -> Callable[[Sequence[int]], dict[str, torch.Tensor]]:
+        """``indices -> batch of items[i]`` for a training loop over `items`: ``collate`` here; an
+        encoder with a fixed part may compute that part once per item and keep it (a fine-tuned
+        backbone's frozen lower layers, ``layer_cache.py``)."""
+        return lambda indices: self.collate([items[i] for i in indices])
 
     def extra_files(self) -> dict[str, Any]:
         """JSON-able objects to save beside the weights (e.g. the vocabulary); see `build_encoder`."""

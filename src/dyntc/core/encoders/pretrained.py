@@ -43,7 +43,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from dyntc.core.encoders.base import TextEncoder, module_device
+from dyntc.core.encoders import layer_cache
+from dyntc.core.encoders.base import TextEncoder, eval_mode, module_device
 from dyntc.core.encoders.onnx_runtime import RECIPE as ONNX_RECIPE, OnnxTokenEmbeddings, check_runtime
 from dyntc.errors import DyntcError, is_int, is_number
 from dyntc.core.files import atomic_write
@@ -636,36 +637,64 @@ class PretrainedEncoder(TextEncoder):
         mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
         return {"input_ids": ids, "attention_mask": mask}
 
+    def training_collator(self, items: Sequence[torch.Tensor]):
+        """Finetune mode with frozen lower layers (``train_layers``) on a BERT-style backbone: a
+        :class:`~dyntc.core.encoders.layer_cache.FrozenStates` over `items`, so that an episode runs
+        only the trained layers (``layer_cache.py``); otherwise ``collate`` per batch."""
+        if self.cfg.mode != "finetune" or self.cfg.train_layers is None or not items:
+            return super().training_collator(items)
+        probe = self.collate(list(items[:4]))
+        probe = {k: v.to(module_device(self)) for k, v in probe.items()}
+        if not layer_cache.split_matches(self.backbone, self.cfg.train_layers, **probe):
+            warnings.warn("dyntc: this backbone's frozen layers cannot be run apart from its trained ones (not a "
+                          "BERT-style stack, or the halves differ from the whole); every episode runs all of it",
+                          stacklevel=2)
+            return super().training_collator(items)
+        return layer_cache.FrozenStates(self.backbone, self.cfg.train_layers, items, self._pad_id)
+
     def forward(
         self,
         features: torch.Tensor | None = None,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        hidden_states: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if self.cfg.mode == "finetune":
-            if input_ids is None or attention_mask is None:
-                raise DyntcError("a finetune-mode pretrained encoder takes input_ids and attention_mask (see collate)")
-            features = self._finetune_features(input_ids, attention_mask)
+            if attention_mask is None or (input_ids is None) == (hidden_states is None):
+                raise DyntcError("a finetune-mode pretrained encoder takes input_ids and attention_mask (see collate), "
+                                 "or the frozen layers' hidden_states and attention_mask (see training_collator)")
+            if hidden_states is not None:
+                features = self._top_features(hidden_states, attention_mask)
+            else:
+                features = self._finetune_features(input_ids, attention_mask)
         elif features is None:
             raise DyntcError("a frozen pretrained encoder takes features (see collate)")
         return self.head(features)
+
+    def _top_features(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Sentence embeddings from the frozen layers' output: the trained layers in length groups."""
+        k = self.cfg.train_layers
+        return _in_length_groups(attention_mask.sum(1), lambda rows, width: layer_cache.top_embeddings(
+            self.backbone, k, hidden_states[rows, :width], attention_mask[rows, :width]))
 
     def _finetune_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The backbone's sentence embeddings of a padded batch, rows in input order, computed in
         length-sorted groups of at most ``LENGTH_GROUP`` texts trimmed to their own longest text (the
         attention mask makes the padding irrelevant to the result; it only costs time)."""
-        lengths = attention_mask.sum(1)
-        if len(lengths) <= LENGTH_GROUP:
-            width = max(int(lengths.max()), 1)
-            return self.backbone({"input_ids": input_ids[:, :width],
-                                  "attention_mask": attention_mask[:, :width]})["sentence_embedding"]
-        order = torch.argsort(lengths, stable=True)
-        groups = []
-        for start in range(0, len(order), LENGTH_GROUP):
-            rows = order[start:start + LENGTH_GROUP]
-            width = max(int(lengths[rows].max()), 1)
-            groups.append(self.backbone({"input_ids": input_ids[rows, :width],
-                                         "attention_mask": attention_mask[rows, :width]})["sentence_embedding"])
-        inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(len(order), device=order.device)
-        return torch.cat(groups)[inverse]
+        return _in_length_groups(attention_mask.sum(1), lambda rows, width: self.backbone(
+            {"input_ids": input_ids[rows, :width], "attention_mask": attention_mask[rows, :width]})["sentence_embedding"])
+
+
+def _in_length_groups(lengths: torch.Tensor, run) -> torch.Tensor:
+    """``run(rows, width)`` over length-sorted groups of at most ``LENGTH_GROUP`` rows, each trimmed to
+    its longest row (`width`), concatenated back in input order."""
+    if len(lengths) <= LENGTH_GROUP:
+        return run(slice(None), max(int(lengths.max()), 1))
+    order = torch.argsort(lengths, stable=True)
+    groups = []
+    for start in range(0, len(order), LENGTH_GROUP):
+        rows = order[start:start + LENGTH_GROUP]
+        groups.append(run(rows, max(int(lengths[rows].max()), 1)))
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=order.device)
+    return torch.cat(groups)[inverse]
