@@ -30,13 +30,15 @@ set has changed (labels added, removed or renamed): run ``discover`` again.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 
 from dyntc.classifier import clustering as cl
+from dyntc.classifier import discovery_tuning
+from dyntc.classifier.discovery_tuning import Adapted
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.errors import DyntcError, is_int
 
@@ -183,9 +185,12 @@ def unique_name(base: str, taken: set[str]) -> str:
 
 def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new: int | None = None, *,
              max_new: int | None = None, min_cluster_size: int = MIN_CLUSTER_SIZE, mode: str = "default",
-             seed: int = 0) -> Discovery:
+             seed: int = 0, adapt: Callable[[list[str], np.ndarray, int, int], Adapted] | None = None) -> Discovery:
     """Cluster `texts` (their `points` in the label set's space) into the labels of `labels` and new
-    clusters; see the module docstring. `n_new` new clusters (None: estimated, at most `max_new`)."""
+    clusters; see the module docstring. `n_new` new clusters (None: estimated, at most `max_new`).
+    `adapt` (``(support texts, their known-cluster ids, number of clusters, seed) -> Adapted``): called once the options
+    are checked, its points of the texts and of the support replace theirs in the clustering (a
+    backbone fine-tuned on them, ``discovery_tuning.py``)."""
     start = time.perf_counter()
     if mode not in MODES:
         raise DyntcError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -206,8 +211,15 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     settings = {"mode": mode, "min_cluster_size": min_cluster_size, "seed": seed, "shrink": SHRINK,
                 **MODE_SETTINGS[mode], "max_new": max_new}
 
+    directions = _directions(points, labels.space.metric)
+    if adapt is not None:
+        support_texts = [t for _, support in labels.items() for t in support.texts]  # _known's order
+        adapted = adapt(support_texts, known_y, len(owners) + (max_new if n_new is None else n_new),
+                        int(np.random.default_rng().integers(2**31)) if seed is None else seed)
+        directions, known = adapted.texts, adapted.support
+        settings.update(adapt_steps=adapted.steps, adapt_train_s=round(adapted.train_seconds, 1))
     w = cl.adapt_metric(known, known_y, SHRINK)
-    x, kx = cl.unit(_directions(points, labels.space.metric) @ w), cl.unit(known @ w)
+    x, kx = cl.unit(directions @ w), cl.unit(known @ w)
     sizes: list[int] = []
     estimated = n_new is None
     if estimated:
@@ -257,14 +269,30 @@ def _clusters(labels: LabelSet, texts: list[str], points: torch.Tensor, x: np.nd
 # ---------------------------------------------------------------------------------------- the classifier's methods
 
 
-def discover_for(clf, texts: Sequence[str], n_new: int | None = None, **options) -> Discovery:
-    """``DynamicClassifier.discover(texts, n_new=None, **options)``: group `texts` (distinct,
-    unlabelled) into the existing labels and `n_new` proposed new clusters (None: estimated);
-    `options`: ``max_new``, ``min_cluster_size``, ``mode`` (``"default"`` or ``"fast"``), ``seed``
-    (default: the classifier's). Changes nothing: ``accept`` adds clusters."""
+def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s: float | None = None,
+                 **options) -> Discovery:
+    """``DynamicClassifier.discover(texts, n_new=None, *, adapt_s=None, **options)``: group `texts`
+    (distinct, unlabelled) into the existing labels and `n_new` proposed new clusters (None:
+    estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode`` (``"default"`` or
+    ``"fast"``), ``seed`` (default: the classifier's). `adapt_s`: first fine-tune a copy of the
+    pretrained backbone's top layers on the texts and the support sets for this many seconds of
+    training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds: on
+    StackOverflow 360 s lifted NMI / ARI / ACC by 3 / 4 / 3 points). Changes nothing: ``accept``
+    adds clusters."""
+    from dyntc.classifier.tuning import check_budget
+
     clf._check_fitted()
+    adapt = None
+    if adapt_s is not None:
+        budget = check_budget(adapt_s, "adapt_s")
+        discovery_tuning.check_adaptable(clf)
+
+        def adapt(support_texts, support_y, n_clusters, seed):
+            return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, budget, seed, SHRINK)
     texts = check_texts(texts, 0)  # empty and repeated texts refused before embedding
-    return discover(clf.labels_, texts, clf.space_.embed(texts), n_new, **{"seed": clf.seed, **options})
+    found = discover(clf.labels_, texts, clf.space_.embed(texts), n_new, adapt=adapt, **{"seed": clf.seed, **options})
+    found.settings["adapt_s"] = adapt_s
+    return found
 
 
 def accept(clf, discovery: "Discovery", clusters=None, *, add_examples: bool = False) -> list[str]:

@@ -87,8 +87,9 @@ def check_tunable(clf: Any, episodes: Any) -> None:
         raise DyntcError(f"too few examples to tune: {exc}") from None
 
 
-def _network(clf: Any):
-    """A new network on `clf`'s backbone in fine-tuning mode: a copy of its tuned one, or a fresh one."""
+def tunable_network(clf: Any):
+    """A new network on `clf`'s backbone in fine-tuning mode: a copy of its tuned one, or a fresh one
+    (``train="backbone"``'s top layers trainable)."""
     from dyntc.core.encoders import build_encoder, create_encoder
     from dyntc.core.models import PrototypicalNetwork
 
@@ -118,7 +119,7 @@ def train(clf: Any, budget_s: float, device: str, episodes: int | None, progress
     config = train_config({**params, "time_budget_s": budget_s, "device": device, "progress": progress},
                           params["episodes"] if episodes is None else episodes, params["lr"])
     torch.manual_seed(params["seed"])
-    model = _network(clf)
+    model = tunable_network(clf)
     stored = clf.labels_.items()
     texts = [t for _, s in stored for t in s.texts]
     labels = [c for c, s in stored for _ in s.texts]

@@ -1,0 +1,100 @@
+"""discover(..., adapt_s=...) (classifier/discovery_tuning.py): the contrastive loss and the neighbours
+by their definitions, bad input refused before anything is embedded or trained, and a MiniLM run on a
+CLINC150 sample: new intents found, the classifier itself unchanged."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dyntc import DynamicClassifier
+from dyntc.classifier import discovery_tuning as dt
+from dyntc.errors import DyntcError
+from tests._toy import toy_classifier
+
+
+def test_neighbours_are_the_most_similar_other_rows():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    got = dt.neighbours(x, 5, chunk=7)  # chunks that do not divide the rows
+    sims = x @ x.T
+    np.fill_diagonal(sims, -np.inf)
+    want = np.argsort(-sims, axis=1)[:, :5]
+    assert [set(r) for r in got] == [set(r) for r in want]
+    assert dt.neighbours(x[:3], 50).shape == (3, 2)  # k capped at the other rows
+
+
+def test_supcon_against_its_formula():
+    torch.manual_seed(0)
+    z = torch.nn.functional.normalize(torch.randn(5, 4), dim=1)
+    pos = torch.zeros(5, 5, dtype=torch.bool)
+    pos[0, 1] = pos[1, 0] = pos[0, 2] = pos[2, 0] = True  # row 0 has two positives, rows 1, 2 one; 3, 4 none
+    tau = 0.1
+    want = []
+    for i, ps in ((0, [1, 2]), (1, [0]), (2, [0])):
+        others = [j for j in range(5) if j != i]
+        denom = torch.logsumexp(torch.stack([z[i] @ z[j] / tau for j in others]), 0)
+        want.append(-sum(float(z[i] @ z[p] / tau - denom) for p in ps) / len(ps))
+    assert math.isclose(float(dt.supcon(z, pos | torch.eye(5, dtype=torch.bool), tau)), np.mean(want), rel_tol=1e-5)
+    assert float(dt.supcon(z, torch.zeros(5, 5, dtype=torch.bool), tau)) == 0.0  # no positive: no loss
+
+
+def test_neighbour_positives_symmetric_and_same_text():
+    nbrs = np.array([[1, 2], [2, 3], [0, 3], [0, 1]])
+    idx = np.array([0, 3, 0])
+    got = dt.neighbour_positives(idx, nbrs).numpy()
+    # 0 and 3 are each other's neighbours; the two copies of text 0 are positives of each other
+    assert got.tolist() == [[True, True, True], [True, True, True], [True, True, True]]
+    got = dt.neighbour_positives(np.array([1, 2]), np.array([[0], [3], [3], [0]])).numpy()
+    assert got.tolist() == [[True, False], [False, True]]
+
+
+@pytest.mark.parametrize("adapt_s, match", [(0, "adapt_s must be a finite number"), (-5, "adapt_s must be"),
+                                            ("60", "adapt_s must be"), (float("nan"), "adapt_s must be"),
+                                            (True, "adapt_s must be")])
+def test_bad_budget(adapt_s, match):
+    with pytest.raises(DyntcError, match=match):
+        toy_classifier(head=None).discover([f"text number {i}" for i in range(6)], adapt_s=adapt_s)
+
+
+def test_encoder_without_a_backbone_is_refused():
+    clf = toy_classifier(head=None)
+    texts = [f"open the {w} door" for w in ("red", "blue", "green", "front", "back", "side")]
+    with pytest.raises(DyntcError, match="adapt_s fine-tunes a pretrained backbone.*encoder 'hashing'"):
+        clf.discover(texts, adapt_s=10)
+    assert clf.discover(texts, 1).settings["adapt_s"] is None  # without it, the same classifier discovers
+
+
+KNOWN = ["alarm", "balance", "timer", "weather"]
+NEW = ["book_hotel", "translate"]
+
+
+@pytest.mark.data
+def test_minilm_adapted_discovery_finds_the_new_intents_and_leaves_the_classifier_alone(clinc_raw):
+    pytest.importorskip("sentence_transformers")
+    from sklearn.metrics import normalized_mutual_info_score
+
+    groups: dict[str, list[str]] = {}
+    for text, label in clinc_raw["train"]:
+        groups.setdefault(label, []).append(text)
+    clf = DynamicClassifier(head=None).fit([t for y in KNOWN for t in groups[y][:8]],
+                                           [y for y in KNOWN for _ in range(8)])
+    texts = [t for y in KNOWN + NEW for t in groups[y][8:48]]
+    truth = [y for y in KNOWN + NEW for _ in range(40)]
+    before = clf.encode(texts[:5])
+    found = clf.discover(texts, 2, adapt_s=3, seed=0)
+    assert found.settings["adapt_s"] == 3 and found.settings["adapt_steps"] >= 1
+    np.testing.assert_array_equal(clf.encode(texts[:5]), before)  # the served backbone was not touched
+    # a few steps on 240 texts (how many depends on the machine's speed): the new intents stay apart from
+    # the known ones, though a known label may lose a few texts to a cluster of its own
+    new_clusters = []
+    for c in found.clusters:
+        members = [truth[texts.index(t)] for t in c.texts]
+        top = max(set(members), key=members.count)
+        if top in NEW:
+            assert members.count(top) >= 0.9 * len(members), (c.name, members)
+            new_clusters.append(top)
+    assert new_clusters
+    assert normalized_mutual_info_score(truth, [str(a) for a in found.assignments]) > 0.85
