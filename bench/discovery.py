@@ -11,7 +11,9 @@ on the unlabelled texts with ``n_new`` given (the true number of new intents) or
 (``ours:est``), ``accept`` every proposed cluster, ``predict`` the test texts: the predicted labels
 are the clustering; ``refresh()`` before ``predict`` trains the cosine head on the accepted labels, as
 its background refresh does about a second after ``accept`` (without it the new labels are scored by
-their imprinted prototypes). Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means
+their imprinted prototypes). ``--adapt-s SECONDS`` adds ``ours:adapted``: the same with ``n_new`` given and
+``discover(..., adapt_s=SECONDS)`` (a copy of the backbone's top layers fine-tuned on the texts first,
+classifier/discovery_tuning.py). Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means
 with the true number of intents on all training texts, test texts assigned to the nearest centre),
 ``agglo`` (Ward agglomerative clustering of the test texts), ``seeded`` (spherical k-means seeded with
 the known labels' prototypes, labelled texts fixed; no metric adaptation), ``metric`` (discover's
@@ -27,7 +29,7 @@ divided into two random halves under two names: a merge should be suggested): pr
 of the top 20, the purity of a suggested split's parts against the original intents, and how many
 suggestions an untouched label set gets.
 
-    DYNTC_DATA=../shared/datasets python -m bench.discovery [--mode fast] [--datasets mcid,stackoverflow]
+    DYNTC_DATA=../shared/datasets python -m bench.discovery [--mode fast] [--datasets mcid,stackoverflow] [--adapt-s 360]
     DYNTC_DATA=../shared/datasets python -m bench.discovery --suggestions
 """
 
@@ -132,12 +134,12 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
     return sorted(known), (lab_texts, [train_labels[i] for i in sorted(lab)]), unlabelled
 
 
-def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int):
+def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
     clf = DynamicClassifier(seed=seed, head=HEAD).fit(*labelled)
-    found = clf.discover(unlabelled, n_new, mode=mode)
+    found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s)
     clf.accept(found, add_examples=ADD_EXAMPLES)
     if HEAD is not None:  # the head as the service has it a second after accept (its background refresh)
         clf.refresh()
@@ -200,11 +202,21 @@ def run_discovery(args) -> list[dict]:
                 n_new = n_total - len(known)
                 row = {"dataset": name, "kcr": kcr, "seed": seed, "n_new": n_new, "known": len(known),
                        "labelled": len(labelled[0]), "unlabelled": len(unlabelled), "test": len(data.test)}
-                for tag, given in (("ours", n_new), ("ours:est", None)):
-                    pred, found, seconds = run_product(labelled, unlabelled, data.test.texts, given, args.mode, seed)
+                runs = [("ours", n_new, None), ("ours:est", None, None)]
+                if args.adapt_s is not None:
+                    runs.append(("ours:adapted", n_new, args.adapt_s))
+                for tag, given, adapt_s in runs:
+                    pred, found, seconds = run_product(labelled, unlabelled, data.test.texts, given, args.mode, seed,
+                                                       adapt_s)
                     row[tag] = {"scores": scores(data.test.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
                                 "discover_seconds": found.seconds}
+                    if adapt_s is not None:
+                        row[tag].update(adapt_steps=found.settings["adapt_steps"],
+                                        adapt_train_s=found.settings["adapt_train_s"])
+                    if tag == "ours:adapted":
+                        print(f"{name} kcr={kcr} seed={seed}: adapted {fmt(row[tag]['scores'])} ({seconds:.0f}s, "
+                              f"{found.settings['adapt_steps']} steps in {found.settings['adapt_train_s']} s)", flush=True)
                 if not args.no_baselines:
                     for tag, pred in baselines(encode, unlabelled, labelled, data.test.texts, n_total, n_new,
                                                seed).items():
@@ -226,7 +238,7 @@ def mean_std(values: list[tuple]) -> str:
     return " / ".join(f"{m:.1f}±{s:.1f}" for m, s in zip(a.mean(0), a.std(0)))
 
 
-def table(rows: list[dict], approaches=("ours", "ours:est", "metric", "seeded", "kmeans", "agglo")) -> str:
+def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "metric", "seeded", "kmeans", "agglo")) -> str:
     lines = ["| dataset | KCR | method | NMI / ARI / ACC (mean ± std) | n_new est. (true) | s / run (of which discover) |",
              "|---|---:|---|---|---|---:|"]
     keys = sorted({(r["dataset"], r["kcr"]) for r in rows}, key=lambda k: (DATASETS.index(k[0]), k[1]))
@@ -343,6 +355,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--mode", default="default", choices=("default", "fast"))
     parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--adapt-s", type=float, default=None,
+                        help="also run discover(..., adapt_s=SECONDS) with n_new given: the row ours:adapted")
     parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
                                                                 "and exit")
@@ -360,7 +374,7 @@ def main() -> None:
     args.kcr = [float(k) for k in args.kcr.split(",")]
     args.seeds = [int(s) for s in args.seeds.split(",")]
     header = (f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, CPU {cpu_name()} "
-              f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}")
+              f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}, adapt_s {args.adapt_s}")
     print(header, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     if args.suggestions:
@@ -371,7 +385,8 @@ def main() -> None:
         rows = run_discovery(args)
         text = table(rows)
         kcrs = "-".join(f"{k:g}" for k in args.kcr)
-        path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}.json"
+        adapted = "" if args.adapt_s is None else f"-adapt{args.adapt_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
+        path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}.json"
     path.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     print(header)
     print(text)
