@@ -52,6 +52,8 @@ def test_discover_accept_writes_one_version(model):
     (["--n-new", "2", "--accept", "3"], "cluster numbers run from 1 to 2"),
     (["--n-new", "2", "--accept", "x"], "--accept takes 'all' or cluster numbers"),
     (["--mode", "slow"], "mode must be one of default, fast"),
+    (["--adapt-s", "0"], "adapt_s must be a finite number of seconds > 0"),
+    (["--n-new", "2", "--adapt-s", "5", "--accept", "all"], "adapt_s fine-tunes a pretrained backbone"),
 ])
 def test_discover_errors(model, args, message):
     path, texts = model
