@@ -6,18 +6,20 @@ top ``BACKBONE_LAYERS`` transformer layers trained, the classifier's ``max_len``
 Then:
 
 * **episodes/s**: ``train_prototypical`` itself (no dev set), after a warm-up call of ``--warmup``
-  episodes: sampling, collation, forward, loss, backward, Adam step. Two settings in alternating
-  rounds of ``--episodes`` episodes on the same episodes: the frozen lower layers' output cached per
-  text (``dyntc.core.encoders.layer_cache``, the default; the cache filled for every training text
-  first, its one-off cost printed apart) and the whole backbone run in every episode (before the
-  cache). The ratio of the two is the cache's gain per episode.
-* **the parts of one episode**: the same work written out (support and query forward through the
-  network, loss, backward, Adam step) with forward hooks timing the embedding layer and every
-  transformer layer, averaged over ``--episodes`` episodes. The frozen part (embeddings and lower
-  layers) runs without autograd; the trained top layers record the graph their backward walks. Three
-  settings alternate on the same episodes: the cached frozen layers (the default), the whole backbone
-  in length-sorted groups of ``LENGTH_GROUP`` texts (``dyntc.core.encoders.pretrained``), and the
-  whole backbone on the batch padded to its longest text (as before the groups).
+  episodes: sampling, collation, forward, loss, backward, Adam step. Settings in alternating rounds
+  of ``--episodes`` episodes on the same episodes: the default (the frozen lower layers' output
+  cached per text, ``dyntc.core.encoders.layer_cache``, filled for every training text first, its
+  one-off cost printed apart; support and query in one batch, ``TextEncoder.joint_episodes``; length
+  groups of ``LENGTH_GROUP``), the steps that led to it, and the whole backbone run in every episode
+  in groups of 32 with support and query apart (before the cache). Each setting's time against that
+  last one is the gain per episode.
+* **the parts of one episode**: the same work written out (forward through the network, loss,
+  backward, Adam step) with forward hooks timing the embedding layer and every transformer layer,
+  averaged over ``--episodes`` episodes. The frozen part (embeddings and lower layers) runs without
+  autograd; the trained top layers record the graph their backward walks. Three settings alternate on
+  the same episodes: the default, the whole backbone in length-sorted groups of 32 texts with support
+  and query apart (before the cache), and the whole backbone on each batch padded to its longest text
+  (before the groups).
 * **inference**: the same texts embedded in eval mode without gradient (what a frozen backbone pays
   per text), for scale.
 
@@ -85,7 +87,9 @@ def main() -> None:
           f"{len(_transformer_layers(encoder.backbone))} layers trained; max_len {params['max_len']}; episodes of "
           f"{params['max_classes']} labels x {params['n_support']} support + {params['n_query']} queries")
 
-    # 1. the library's loop, with the frozen layers cached (filled first) and without, alternating
+    # 1. the library's loop in several settings, alternating rounds on the same episodes: the default
+    # (frozen layers cached, support and query in one batch, groups of LENGTH_GROUP), the variants that
+    # led to it, and the whole backbone per episode in groups of 32 with support and query apart (before)
     from dyntc.core.encoders.base import TextEncoder
 
     cached = encoder.training_collator(train.items)
@@ -94,27 +98,38 @@ def main() -> None:
     fill = time.perf_counter() - t
     print(f"frozen layers cached for all {len(train.items)} training texts in {fill:.1f} s "
           f"({cached.nbytes / 2**20:.0f} MiB = {sum(len(x) for x in train.items)} word pieces x {encoder.input_dim} floats)")
-    loops = {"frozen layers cached (default)": lambda items: cached,
-             "whole backbone every episode (before)": lambda items: TextEncoder.training_collator(encoder, items)}
+    default_group = pretrained.LENGTH_GROUP
+    whole_backbone = lambda items: TextEncoder.training_collator(encoder, items)  # noqa: E731
+    loops = {  # name: (collator, support and query in one batch, length group)
+        f"cached, one batch, groups of {default_group} (default)": (lambda items: cached, True, default_group),
+        f"cached, one batch, groups of {2 * default_group}": (lambda items: cached, True, 2 * default_group),
+        f"cached, support and query apart, groups of {default_group}": (lambda items: cached, False, default_group),
+        "whole backbone, support and query apart, groups of 32 (before)": (whole_backbone, False, 32),
+    }
     spent_loop = {name: [0.0, 0] for name in loops}
-    for r in range(args.rounds + 1):  # round 0: warm-up, not counted
-        for name, collator in loops.items():
-            encoder.training_collator = collator
-            result = train_prototypical(model, train, None, train_config(params, args.episodes if r else args.warmup,
-                                                                         params["lr"]))
-            if r:
-                spent_loop[name][0] += result.seconds
-                spent_loop[name][1] += result.steps
-    del encoder.training_collator
+    try:
+        for r in range(args.rounds + 1):  # round 0: warm-up, not counted
+            for name, (collator, joint, group) in loops.items():
+                encoder.training_collator, encoder.joint_episodes, pretrained.LENGTH_GROUP = collator, joint, group
+                result = train_prototypical(model, train, None, train_config(params, args.episodes if r else args.warmup,
+                                                                             params["lr"]))
+                if r:
+                    spent_loop[name][0] += result.seconds
+                    spent_loop[name][1] += result.steps
+    finally:
+        del encoder.training_collator
+        encoder.joint_episodes = True
+        pretrained.LENGTH_GROUP = default_group
     print(f"\ntrain_prototypical, {args.rounds} alternating rounds of {args.episodes} episodes per setting:")
-    print("| setting | episodes | s per episode | episodes/s |")
-    print("|---|---:|---:|---:|")
+    print("| setting | episodes | s per episode | episodes/s | before / setting |")
+    print("|---|---:|---:|---:|---:|")
+    before_s, before_n = spent_loop[list(loops)[-1]]
     for name, (seconds, steps) in spent_loop.items():
-        print(f"| {name} | {steps} | {seconds / steps:.3f} | {steps / seconds:.2f} |")
-    (after_s, after_n), (before_s, before_n) = spent_loop.values()
-    ratio = (before_s / before_n) / (after_s / after_n)
-    print(f"before / after, per episode: {ratio:.2f}x; the cache's fill ({fill:.1f} s) is paid back after "
-          f"{fill / (before_s / before_n - after_s / after_n):.0f} episodes")
+        print(f"| {name} | {steps} | {seconds / steps:.3f} | {steps / seconds:.2f} | "
+              f"{(before_s / before_n) / (seconds / steps):.2f}x |")
+    after_s, after_n = spent_loop[list(loops)[0]]
+    print(f"the cache's fill ({fill:.1f} s) is paid back after "
+          f"{fill / (before_s / before_n - after_s / after_n):.0f} episodes of the default")
 
     # 2. the same episodes taken apart, the backbone run in length groups (the default) and, for
     # comparison, on the whole padded batch; the two alternate episode by episode on the same episodes
@@ -138,26 +153,31 @@ def main() -> None:
                              max_classes=params["max_classes"], seed=1, names=train.classes)
     optimizer = make_optimizer(model, params["lr"])
     plain = lambda items: (lambda idx: encoder.collate([items[i] for i in idx]))  # noqa: E731
-    settings = {"frozen layers cached (default)": (pretrained.LENGTH_GROUP, lambda items: cached),
-                f"whole backbone, length groups of {pretrained.LENGTH_GROUP}": (pretrained.LENGTH_GROUP, plain),
-                "whole backbone, one padded batch": (10**9, plain)}
+    settings = {  # name: (length group, collator, support and query in one batch)
+        "cached, one batch (default)": (default_group, lambda items: cached, True),
+        "whole backbone, groups of 32, apart (before)": (32, plain, False),
+        "whole backbone, one padded batch, apart": (10**9, plain, False)}
     totals = {name: defaultdict(float) for name in settings}
     hooks = {name: defaultdict(float) for name in settings}
     n_texts, padded, real = [], 0, 0
     for _ in range(args.episodes):
         ep = sampler.sample()
-        for setting, (group, collator) in settings.items():
+        support_labels, query_labels = torch.as_tensor(ep.support_labels), torch.as_tensor(ep.query_labels)
+        for setting, (group, collator, joint) in settings.items():
             pretrained.LENGTH_GROUP = group
             collate = collator(train.items)
             spent.clear()
             total = totals[setting]
             t = time.perf_counter()
-            support = collate(ep.support)
-            query = collate(ep.query)
+            batches = [collate([*ep.support, *ep.query])] if joint else [collate(ep.support), collate(ep.query)]
             total["sampling and collation"] += time.perf_counter() - t
             t = time.perf_counter()
-            loss, _ = model.episode_loss(support, torch.as_tensor(ep.support_labels), query,
-                                         torch.as_tensor(ep.query_labels), ep.n_classes)
+            if joint:
+                points = model.embed(**batches[0])
+                ns = len(ep.support)
+                loss, _ = model.points_loss(points[:ns], support_labels, points[ns:], query_labels, ep.n_classes)
+            else:
+                loss, _ = model.episode_loss(batches[0], support_labels, batches[1], query_labels, ep.n_classes)
             total["forward (all of it)"] += time.perf_counter() - t
             t = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
@@ -168,11 +188,12 @@ def main() -> None:
             total["Adam step"] += time.perf_counter() - t
             for k, v in spent.items():
                 hooks[setting][k] += v
+            if setting == "whole backbone, one padded batch, apart":
+                for batch in batches:
+                    padded += batch["attention_mask"].numel()
+                    real += int(batch["attention_mask"].sum())
         n_texts.append(len(ep.support) + len(ep.query))
-        for batch in (support, query):
-            padded += batch["attention_mask"].numel()
-            real += int(batch["attention_mask"].sum())
-    pretrained.LENGTH_GROUP = settings[next(iter(settings))][0]
+    pretrained.LENGTH_GROUP = default_group
     n = args.episodes
     print(f"\none episode ({np.mean(n_texts):.0f} texts, {np.mean([len(x) for x in train.items]):.1f} word pieces "
           f"per text on average; padded to each batch's longest they are {padded / real:.2f}x the real tokens), "
@@ -193,8 +214,8 @@ def main() -> None:
             print("| &nbsp;&nbsp;forward: the rest (pooling, prototypes, distances, loss) | "
                   + " | ".join(f"{r:.3f} ({100 * r / wholes[name]:.0f}%)" for r, name in zip(rest, names)) + " |")
     print("| **episode** | " + " | ".join(f"**{wholes[name]:.3f}**" for name in names) + " |")
-    print(f"whole backbone in length groups / cached frozen layers: {wholes[names[1]] / wholes[names[0]]:.2f}x; "
-          f"one padded batch / length groups: {wholes[names[2]] / wholes[names[1]]:.2f}x")
+    print(f"before / default: {wholes[names[1]] / wholes[names[0]]:.2f}x; "
+          f"one padded batch / groups of 32: {wholes[names[2]] / wholes[names[1]]:.2f}x")
     whole = wholes[names[0]]
 
     # 3. inference on the same number of texts

@@ -240,8 +240,12 @@ class PrototypicalNetwork(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-entropy over ``softmax(-d²)`` of the queries; returns ``(loss, logits)``, the logits
         of shape (n_query, n_classes)."""
-        protos = self.prototypes(self.embed(**support), support_labels, n_classes)
-        logits = self.logits(self.embed(**query), protos)
+        return self.points_loss(self.embed(**support), support_labels, self.embed(**query), query_labels, n_classes)
+
+    def points_loss(self, support_points: torch.Tensor, support_labels: torch.Tensor, query_points: torch.Tensor,
+                    query_labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`episode_loss` from points already embedded (support and query in one batch, say)."""
+        logits = self.logits(query_points, self.prototypes(support_points, support_labels, n_classes))
         return nn.functional.cross_entropy(logits, query_labels), logits
 
 

@@ -182,6 +182,19 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.Adam(groups + ([{"params": rest, "lr": lr}] if rest else []), lr=lr)
 
 
+def episode_loss(model: PrototypicalNetwork, collate, ep, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, logits)`` of one sampled episode; support and query embedded in one batch when the
+    encoder asks for it (``TextEncoder.joint_episodes``), else apart."""
+    support_labels = torch.as_tensor(ep.support_labels, device=device)
+    query_labels = torch.as_tensor(ep.query_labels, device=device)
+    if model.encoder.joint_episodes:
+        points = model.embed(**to_device(collate([*ep.support, *ep.query]), device))
+        n = len(ep.support)
+        return model.points_loss(points[:n], support_labels, points[n:], query_labels, ep.n_classes)
+    return model.episode_loss(to_device(collate(ep.support), device), support_labels,
+                              to_device(collate(ep.query), device), query_labels, ep.n_classes)
+
+
 def train_prototypical(
     model: PrototypicalNetwork, train: Encoded, dev: Encoded | None, cfg: TrainConfig,
     monitor: Callable[[PrototypicalNetwork], dict] | None = None,
@@ -222,15 +235,10 @@ def train_prototypical(
     bar = tqdm(range(first, cfg.max_episodes + 1), desc=f"{model.metric[:3]} episodes", disable=not cfg.progress, leave=False)
     for step in bar:
         ep = sampler.sample()
-        support = to_device(collate(ep.support), device)
-        query = to_device(collate(ep.query), device)
         warming = step <= cfg.euclidean_warmup
         with (model.metric_as("euclidean") if warming else nullcontext(),
               model.clip_suspended() if warming and not cfg.euclidean_warmup_clip else nullcontext()):
-            loss, logits = model.episode_loss(
-                support, torch.as_tensor(ep.support_labels, device=device),
-                query, torch.as_tensor(ep.query_labels, device=device), ep.n_classes,
-            )
+            loss, logits = episode_loss(model, collate, ep, device)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"episode {step}: loss is {loss.item()} (lower the learning rate?)")
         if cfg.hard_fraction > 0:

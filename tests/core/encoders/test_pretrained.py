@@ -4,6 +4,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -168,6 +169,36 @@ def test_cached_frozen_layers_give_the_whole_backbones_embeddings_and_gradients(
     # the loss weights rows by column, not by row, so the permutation leaves the gradients alike
     for name, g in grads_whole.items():
         torch.testing.assert_close(grads_cached[name], g, atol=1e-4, rtol=1e-3)
+
+
+def test_an_episode_in_one_batch_has_the_loss_and_gradients_of_support_and_query_apart(monkeypatch):
+    """A fine-tuned backbone embeds an episode's support and query in one batch (fewer, fuller length
+    groups); in eval mode that is the same loss and the same gradients as two batches."""
+    from types import SimpleNamespace
+
+    from dyntc.core.training import episode_loss
+
+    monkeypatch.setattr(pretrained, "LENGTH_GROUP", 2)
+    enc = PretrainedEncoder.create("minilm", mode="finetune", num_layers=0, max_len=32, train_layers=2)
+    assert enc.joint_episodes and not PretrainedEncoder.create("minilm", mode="frozen").joint_episodes
+    net = PrototypicalNetwork(enc, "euclidean").eval()
+    collate = enc.training_collator(enc.featurize(CACHE_TEXTS[:6]))
+    ep = SimpleNamespace(support=np.array([0, 3, 1, 4]), support_labels=np.array([0, 1, 0, 1]),
+                         query=np.array([5, 2]), query_labels=np.array([0, 1]), n_classes=2)
+    results = {}
+    for joint in (True, False):
+        enc.joint_episodes = joint
+        net.zero_grad()
+        loss, logits = episode_loss(net, collate, ep, torch.device("cpu"))
+        loss.backward()
+        results[joint] = loss.detach(), logits.detach(), {n: p.grad.clone() for n, p in net.named_parameters()
+                                                           if p.grad is not None}
+    (loss_j, logits_j, grads_j), (loss_a, logits_a, grads_a) = results[True], results[False]
+    torch.testing.assert_close(loss_j, loss_a, atol=1e-5, rtol=0)
+    torch.testing.assert_close(logits_j, logits_a, atol=1e-4, rtol=0)
+    assert sorted(grads_j) == sorted(grads_a) and grads_j
+    for name, g in grads_a.items():
+        torch.testing.assert_close(grads_j[name], g, atol=1e-4, rtol=1e-3)
 
 
 def test_the_cache_runs_the_frozen_layers_in_eval_mode_once_per_text():

@@ -27,6 +27,11 @@ from dyntc.errors import DyntcError
 
 class TextEncoder(nn.Module):
     output_dim: int
+    #: Whether a training episode's support and query texts go through the encoder as one batch
+    #: (``train_prototypical``). Off by default: a padded batch costs by its longest text, so two
+    #: smaller batches are no dearer, and the paper's SRU runs keep their random streams. An encoder
+    #: that groups a batch by length itself gains from one larger batch (fewer, fuller groups).
+    joint_episodes: bool = False
 
     def featurize(self, texts: Sequence[str]) -> list[Any]:
         raise NotImplementedError

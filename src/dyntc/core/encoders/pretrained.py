@@ -486,6 +486,9 @@ class PretrainedEncoder(TextEncoder):
             self._pad_id = 0 if pad is None else int(pad)
             if cfg.train_layers is not None:
                 _freeze_below(self.backbone, cfg.train_layers)
+            # it runs in length groups (_in_length_groups): an episode's support and query in one batch
+            # form fewer, fuller groups than apart (bench/backbone.py)
+            self.joint_episodes = True
         if cfg.max_len is None:
             cfg.max_len = default_len
         if limit is not None and cfg.max_len > limit:
