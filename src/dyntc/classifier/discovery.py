@@ -23,6 +23,10 @@ How (the measurements behind each step are in docs/discovery.md):
    and reports its most central texts, cohesion (mean cosine to its centre in the adapted metric)
    and the nearest existing label with its distance in the classifier's own metric.
 
+With ``adapt_s`` (``discover_for``), a copy of the pretrained backbone's top layers is first fine-tuned
+on the texts and the support sets by contrastive learning with nearest neighbours, and steps 1-5 run
+on its points (:mod:`~dyntc.classifier.discovery_tuning`); the classifier is left as it was.
+
 A :class:`Discovery` remembers the label set it was made on; :func:`add_clusters` refuses it once that
 set has changed (labels added, removed or renamed): run ``discover`` again.
 """
