@@ -26,6 +26,12 @@ def test_neighbours_are_the_most_similar_other_rows():
     assert dt.neighbours(x[:3], 50).shape == (3, 2)  # k capped at the other rows
 
 
+def test_neighbour_count_is_at_most_a_quarter_of_the_mean_cluster():
+    assert dt.neighbour_count(18_000, 20) == dt.NEIGHBOURS == 50  # StackOverflow: 900 texts per cluster
+    assert dt.neighbour_count(104, 6) == 4
+    assert dt.neighbour_count(3, 10) == 1
+
+
 def test_supcon_against_its_formula():
     torch.manual_seed(0)
     z = torch.nn.functional.normalize(torch.randn(5, 4), dim=1)
