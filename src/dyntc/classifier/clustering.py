@@ -121,7 +121,7 @@ def seeded_kmeans(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_
 
 
 def estimate_new(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_known: int, max_new: int, *,
-                 seed: int = 0, n_init: int = 1) -> tuple[int, list[int]]:
+                 min_size: int = 3, seed: int = 0, n_init: int = 1) -> tuple[int, list[int]]:
     """The number of new clusters among `points`, from an over-clustering (Zhang et al. AAAI 2021,
     DeepAligned: a real intent gathers more texts than the surplus centroids, which split a few texts
     among them). Returns it (at least 1) and the new clusters' sizes in the last over-clustering,
@@ -130,16 +130,16 @@ def estimate_new(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_k
     Over-cluster into ``2 · max(n_known, 10)`` new clusters (at most `max_new`) and count those of at
     least half the median size of the known labels' clusters in the same clustering: a new intent is
     about as frequent as a known one. When that count reaches half the clusters tried, the bound may
-    be what limits it: double it (up to `max_new`) and count again. When the known labels hold less
-    than half the texts (say, only the texts the classifier could not place), their sizes say nothing
-    of a new intent's: DeepAligned's own rule then, `max_new` new clusters and those of at least the
-    mean cluster size."""
+    be what limits it: double it (up to `max_new`) and count again. When half that median is below
+    `min_size` (the smallest cluster kept), the known labels hold too few of the texts for their sizes
+    to say anything of a new intent's (say, only the texts the classifier could not place):
+    DeepAligned's own rule then, `max_new` new clusters and those of at least the mean cluster size."""
     tried = min(max_new, 2 * max(n_known, 10))
     while True:
         assign, _, _ = seeded_kmeans(points, known, known_y, n_known, tried, seed=seed, n_init=n_init, max_iter=30)
         sizes = np.bincount(assign, minlength=n_known + tried)
         known_sizes, new_sizes = sizes[:n_known], sizes[n_known:]
-        if known_sizes.sum() < len(points) / 2:
+        if np.median(known_sizes) / 2 < min_size:
             if tried < max_new:  # the known labels' sizes are no guide: DeepAligned's rule
                 tried = max_new
                 continue

@@ -212,7 +212,7 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     sizes: list[int] = []
     estimated = n_new is None
     if estimated:
-        n_new, sizes = cl.estimate_new(x, kx, known_y, len(owners), max_new, seed=seed)
+        n_new, sizes = cl.estimate_new(x, kx, known_y, len(owners), max_new, min_size=min_cluster_size, seed=seed)
     assign, centroids, _ = cl.seeded_kmeans(x, kx, known_y, len(owners), n_new, seed=seed,
                                             n_init=settings["n_init"])
     clusters, outcome = _clusters(labels, texts, points, x, assign, centroids, owners, min_cluster_size)
