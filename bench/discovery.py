@@ -29,8 +29,15 @@ divided into two random halves under two names: a merge should be suggested): pr
 of the top 20, the purity of a suggested split's parts against the original intents, and how many
 suggestions an untouched label set gets.
 
+``--estimates``: only the number of new intents, on the protocol's unlabelled training texts (no test
+text is used): ``fit`` on the labelled texts, then ``discover(unlabelled)`` without ``n_new``, beside
+DeepAligned's rule as published (over-cluster into 4 × the known intents, at least 40, and count the
+new clusters holding at least the mean cluster size) on the same points; each estimate's absolute
+error against the true number.
+
     DYNTC_DATA=../shared/datasets python -m bench.discovery [--mode fast] [--datasets mcid,stackoverflow] [--adapt-s 360]
     DYNTC_DATA=../shared/datasets python -m bench.discovery --suggestions
+    DYNTC_DATA=../shared/datasets python -m bench.discovery --estimates
 """
 
 from __future__ import annotations
@@ -229,6 +236,64 @@ def run_discovery(args) -> list[dict]:
     return rows
 
 
+def deepaligned_estimate(clf, unlabelled: list[str], seed: int) -> int:
+    """DeepAligned's rule as published, on discover's own points (its adapted metric): over-cluster into
+    ``4 · max(known, 10)`` new clusters and count those of at least the mean cluster size."""
+    import torch
+
+    from dyntc.classifier import clustering as cl
+    from dyntc.classifier.discovery import SHRINK, _directions, _known, default_max_new
+
+    labels = clf.labels_
+    known, known_y, owners = _known(labels)
+    w = cl.adapt_metric(known, known_y, SHRINK)
+    points = clf.space_.embed(unlabelled)
+    x, kx = cl.unit(_directions(torch.as_tensor(points), labels.space.metric) @ w), cl.unit(known @ w)
+    max_new = default_max_new(len(unlabelled), len(owners), 3)
+    assign, _, _ = cl.seeded_kmeans(x, kx, known_y, len(owners), max_new, seed=seed, n_init=1, max_iter=30)
+    sizes = np.bincount(assign, minlength=len(owners) + max_new)[len(owners):]
+    return max(1, int((sizes >= len(x) / (len(owners) + max_new)).sum()))
+
+
+def run_estimates(args) -> list[dict]:
+    from dyntc import DynamicClassifier
+    from dyntc.protocol.data.datasets import load
+
+    rows = []
+    for name in args.datasets:
+        data = load(name)
+        n_total = len(set(data.train.labels))
+        for kcr in args.kcr:
+            for seed in args.seeds:
+                known, labelled, unlabelled = protocol_split(data.train.texts, data.train.labels, kcr, seed)
+                clf = DynamicClassifier(seed=seed, head=HEAD).fit(*labelled)
+                start = time.perf_counter()
+                found = clf.discover(unlabelled, mode=args.mode)
+                seconds = time.perf_counter() - start
+                row = {"dataset": name, "kcr": kcr, "seed": seed, "n_new": n_total - len(known),
+                       "ours": found.n_new, "deepaligned": deepaligned_estimate(clf, unlabelled, seed),
+                       "discover_seconds": seconds, "unlabelled": len(unlabelled)}
+                rows.append(row)
+                print(f"{name} kcr={kcr} seed={seed}: true {row['n_new']}, ours {row['ours']} ({seconds:.1f} s), "
+                      f"DeepAligned's rule {row['deepaligned']}", flush=True)
+    return rows
+
+
+def estimates_table(rows: list[dict]) -> str:
+    lines = ["| dataset | KCR | new intents (true) | ours: mean estimate (abs. error) | DeepAligned's rule: mean "
+             "estimate (abs. error) | discover s |", "|---|---:|---:|---|---|---:|"]
+    keys = sorted({(r["dataset"], r["kcr"]) for r in rows}, key=lambda k: (DATASETS.index(k[0]), k[1]))
+    for ds, kcr in keys:
+        g = [r for r in rows if r["dataset"] == ds and r["kcr"] == kcr]
+        cell = lambda key: (f"{np.mean([r[key] for r in g]):.1f} "  # noqa: E731
+                            f"({np.mean([abs(r[key] - r['n_new']) for r in g]):.1f})")
+        lines.append(f"| {ds} | {kcr:.0%} | {g[0]['n_new']} | {cell('ours')} | {cell('deepaligned')} | "
+                     f"{np.mean([r['discover_seconds'] for r in g]):.1f} |")
+    err = lambda key: np.mean([abs(r[key] - r["n_new"]) for r in rows])  # noqa: E731
+    lines.append(f"| all | | | mean abs. error {err('ours'):.1f} | mean abs. error {err('deepaligned'):.1f} | |")
+    return "\n".join(lines)
+
+
 def fmt(s) -> str:
     return " / ".join(f"{v:.1f}" for v in s)
 
@@ -358,6 +423,7 @@ def main() -> None:
     parser.add_argument("--adapt-s", type=float, default=None,
                         help="also run discover(..., adapt_s=SECONDS) with n_new given: the row ours:adapted")
     parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
+    parser.add_argument("--estimates", action="store_true", help="only the estimated number of new intents")
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
                                                                 "and exit")
     args = parser.parse_args()
@@ -367,7 +433,8 @@ def main() -> None:
             saved = json.loads(path.read_text())
             print(saved["header"])
             rows += saved["rows"]
-        print(suggestions_table(rows) if rows and "precision" in rows[0] else table(rows))
+        print(suggestions_table(rows) if rows and "precision" in rows[0] else
+              estimates_table(rows) if rows and "deepaligned" in rows[0] else table(rows))
         return
     args.datasets = [d.strip() for d in (args.datasets or ("clinc150,hwu64" if args.suggestions else
                                                            ",".join(DATASETS))).split(",") if d.strip()]
@@ -381,6 +448,11 @@ def main() -> None:
         rows = run_suggestions(args)
         text = suggestions_table(rows)
         path = OUT / f"suggestions-{'-'.join(args.datasets)}.json"
+    elif args.estimates:
+        rows = run_estimates(args)
+        text = estimates_table(rows)
+        kcrs = "-".join(f"{k:g}" for k in args.kcr)
+        path = OUT / f"estimates-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}.json"
     else:
         rows = run_discovery(args)
         text = table(rows)

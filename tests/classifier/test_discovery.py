@@ -1,6 +1,7 @@
 """Discovery, accept and suggestions on the hashing-encoder toy (tests/_toy.py): known answers, one
 version per accept, every bad input's error."""
 
+import numpy as np
 import pytest
 
 from dyntc import DynamicClassifier
@@ -182,3 +183,34 @@ def test_suggest_bad_options():
         clf.suggest(merge_rate=2)
     with pytest.raises(DyntcError, match="top must be None or an integer >= 1"):
         clf.suggest(top=0)
+
+
+def _blobs(n_known: int, n_new: int, per_known: int, per_new: int, noise: int, seed: int = 0):
+    """Unit vectors around n_known + n_new random directions in 32 dimensions (tight, well apart): the
+    unlabelled points (per_known of each known direction, per_new of each new one, and `noise` points
+    in random directions, as real traffic has texts of no intent) and 5 labelled ones per known
+    direction."""
+    from dyntc.classifier import clustering as cl
+
+    rng = np.random.default_rng(seed)
+    centres = cl.unit(rng.normal(size=(n_known + n_new, 32)))
+    draw = lambda c, n: cl.unit(centres[c] + 0.05 * rng.normal(size=(n, 32)))  # noqa: E731
+    points = np.concatenate([draw(c, per_known) for c in range(n_known)]
+                            + [draw(n_known + c, per_new) for c in range(n_new)]
+                            + [cl.unit(rng.normal(size=(noise, 32)))])
+    known = np.concatenate([draw(c, 5) for c in range(n_known)])
+    return points, known, np.repeat(np.arange(n_known), 5)
+
+
+@pytest.mark.parametrize("n_known, n_new", [(12, 4), (8, 8), (4, 12), (30, 3)])
+def test_the_estimated_number_of_new_clusters_on_known_blobs(n_known, n_new):
+    """A sample of all traffic: known and new intents of about one size, some texts of no intent; few
+    new among many known, as many, three times as many (the over-clustering's bound is doubled): the
+    estimate is the number of new directions."""
+    from dyntc.classifier.clustering import estimate_new
+
+    points, known, known_y = _blobs(n_known, n_new, per_known=30, per_new=30, noise=10 * (n_known + n_new))
+    estimate, sizes = estimate_new(points, known, known_y, n_known, max_new=4 * max(n_known, 10))
+    assert estimate == n_new
+    assert sizes == sorted(sizes, reverse=True) and sum(sizes) <= len(points)
+

@@ -7,8 +7,9 @@
 * :func:`seeded_kmeans` is semi-supervised spherical k-means: one centroid per known label, seeded
   at its prototype and holding its labelled points, plus ``n_new`` centroids seeded by k-means++
   among the unlabelled points far from every known prototype; unlabelled points move freely.
-* :func:`estimate_new` chooses ``n_new`` when it is not given: DeepAligned's rule, over-cluster and
-  count the new clusters of at least the mean size.
+* :func:`estimate_new` chooses ``n_new`` when it is not given: over-cluster and count the new
+  clusters about as large as the known labels' (DeepAligned's rule, at least the mean size, when the
+  known labels hold few of the texts).
 * :func:`keywords` names a cluster by class-based TF-IDF (c-TF-IDF): the words frequent in the
   cluster and rare in the others.
 """
@@ -120,16 +121,34 @@ def seeded_kmeans(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_
 
 
 def estimate_new(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_known: int, max_new: int, *,
-                 seed: int = 0, n_init: int = 1) -> tuple[int, list[int]]:
-    """The number of new clusters, by DeepAligned's rule (Zhang et al. AAAI 2021): cluster into
-    ``K' = n_known + max_new`` (too many on purpose), then count the new clusters that hold at least
-    the mean cluster size ``len(points) / K'``: a real intent gathers more than its share, the
-    surplus centroids split a few points among them. Returns it (at least 1) and the new clusters'
-    sizes, largest first."""
-    assign, _, _ = seeded_kmeans(points, known, known_y, n_known, max_new, seed=seed, n_init=n_init, max_iter=30)
-    sizes = np.bincount(assign, minlength=n_known + max_new)[n_known:]
-    threshold = len(points) / (n_known + max_new)
-    return max(1, int((sizes >= threshold).sum())), sorted(sizes.tolist(), reverse=True)
+                 min_size: int = 3, seed: int = 0, n_init: int = 1) -> tuple[int, list[int]]:
+    """The number of new clusters among `points`, from an over-clustering (Zhang et al. AAAI 2021,
+    DeepAligned: a real intent gathers more texts than the surplus centroids, which split a few texts
+    among them). Returns it (at least 1) and the new clusters' sizes in the last over-clustering,
+    largest first.
+
+    Over-cluster into ``2 · max(n_known, 10)`` new clusters (at most `max_new`) and count those of at
+    least half the median size of the known labels' clusters in the same clustering: a new intent is
+    about as frequent as a known one. When that count reaches half the clusters tried, the bound may
+    be what limits it: double it (up to `max_new`) and count again. When half that median is below
+    `min_size` (the smallest cluster kept), the known labels hold too few of the texts for their sizes
+    to say anything of a new intent's (say, only the texts the classifier could not place):
+    DeepAligned's own rule then, `max_new` new clusters and those of at least the mean cluster size."""
+    tried = min(max_new, 2 * max(n_known, 10))
+    while True:
+        assign, _, _ = seeded_kmeans(points, known, known_y, n_known, tried, seed=seed, n_init=n_init, max_iter=30)
+        sizes = np.bincount(assign, minlength=n_known + tried)
+        known_sizes, new_sizes = sizes[:n_known], sizes[n_known:]
+        if np.median(known_sizes) / 2 < min_size:
+            if tried < max_new:  # the known labels' sizes are no guide: DeepAligned's rule
+                tried = max_new
+                continue
+            count = int((new_sizes >= len(points) / (n_known + tried)).sum())
+        else:
+            count = int((new_sizes >= np.median(known_sizes) / 2).sum())
+        if count < tried / 2 or tried >= max_new:
+            return max(1, count), sorted(new_sizes.tolist(), reverse=True)
+        tried = min(max_new, 2 * tried)
 
 
 # ---------------------------------------------------------------------------------------- names

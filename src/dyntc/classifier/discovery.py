@@ -16,8 +16,9 @@ How (the measurements behind each step are in docs/discovery.md):
    of a merged label), seeded at its prototype and holding its support points, and ``n_new`` more
    seeded by k-means++ among the texts far from every known label
    (:func:`~dyntc.classifier.clustering.seeded_kmeans`).
-3. **How many.** Without ``n_new``, DeepAligned's rule: cluster into ``max_new`` new clusters (too many
-   on purpose) and count those holding at least the mean cluster size.
+3. **How many.** Without ``n_new``: over-cluster (twice as many new clusters as known labels, more
+   while the count nears that bound, at most ``max_new``) and count the new clusters about as large
+   as the known labels' (:func:`~dyntc.classifier.clustering.estimate_new`).
 4. **Noise.** A new cluster with fewer than ``min_cluster_size`` texts is dropped; its texts get None.
 5. **Names.** Each cluster is named by its c-TF-IDF keywords (else its most central text's words)
    and reports its most central texts, cohesion (mean cosine to its centre in the adapted metric)
@@ -227,7 +228,7 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     sizes: list[int] = []
     estimated = n_new is None
     if estimated:
-        n_new, sizes = cl.estimate_new(x, kx, known_y, len(owners), max_new, seed=seed)
+        n_new, sizes = cl.estimate_new(x, kx, known_y, len(owners), max_new, min_size=min_cluster_size, seed=seed)
     assign, centroids, _ = cl.seeded_kmeans(x, kx, known_y, len(owners), n_new, seed=seed,
                                             n_init=settings["n_init"])
     clusters, outcome = _clusters(labels, texts, points, x, assign, centroids, owners, min_cluster_size)
