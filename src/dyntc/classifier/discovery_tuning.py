@@ -106,15 +106,16 @@ def _labelled_batch(rng: np.random.Generator, groups: list[np.ndarray]) -> tuple
 
 
 def train(encoder, batches, texts: np.ndarray, nbrs: np.ndarray, groups: list[np.ndarray], budget_s: float,
-          seed: int) -> tuple[int, float]:
-    """Adam steps on `encoder`'s trainable parameters for `budget_s` seconds (at least one step):
-    `texts` the indices the anchors are drawn from, `nbrs` every index's neighbours, `groups` the
-    indices of each known label's examples (those with two or more). Returns (steps, seconds)."""
+          seed: int, max_steps: int | None = None) -> tuple[int, float]:
+    """Adam steps on `encoder`'s trainable parameters for `budget_s` seconds (at least one step, at
+    most `max_steps`): `texts` the indices the anchors are drawn from, `nbrs` every index's
+    neighbours, `groups` the indices of each known label's examples (those with two or more).
+    Returns (steps, seconds)."""
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam([p for p in encoder.parameters() if p.requires_grad], lr=LR)
     encoder.train()
     start, steps = time.perf_counter(), 0
-    while steps == 0 or time.perf_counter() - start < budget_s:
+    while steps == 0 or (time.perf_counter() - start < budget_s and (max_steps is None or steps < max_steps)):
         a = rng.choice(texts, size=min(ANCHORS, len(texts)), replace=False)
         u = np.concatenate([a, nbrs[a, rng.integers(nbrs.shape[1], size=len(a))]])
         lab, lab_y = _labelled_batch(rng, groups) if groups else (np.zeros(0, np.int64), np.zeros(0, np.int64))
