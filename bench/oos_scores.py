@@ -15,6 +15,8 @@ and each score's AUROC (in-scope against out-of-scope) is printed.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 
@@ -26,10 +28,7 @@ def main() -> None:
     from bench.backbone import header
     from dyntc import DynamicClassifier
 
-    class Args:
-        threads = torch.get_num_threads()
-
-    header(Args)
+    header(SimpleNamespace(threads=torch.get_num_threads()))
     data = load_data("clinc150")
     clf = DynamicClassifier(seed=0).fit(data.train.texts, [int(y) for y in data.train.y])
 

@@ -292,8 +292,9 @@ def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s
         budget = check_budget(adapt_s, "adapt_s")
         discovery_tuning.check_adaptable(clf)
 
-        def adapt(support_texts, support_y, n_clusters, seed):
+        def adapt_backbone(support_texts, support_y, n_clusters, seed):
             return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, budget, seed, SHRINK)
+        adapt = adapt_backbone
     texts = check_texts(texts, 0)  # empty and repeated texts refused before embedding
     found = discover(clf.labels_, texts, clf.space_.embed(texts), n_new, adapt=adapt, **{"seed": clf.seed, **options})
     found.settings["adapt_s"] = adapt_s

@@ -85,20 +85,15 @@ def discover(
     texts = _texts(data, text_col)
     options = {"max_new": max_new, "min_cluster_size": min_cluster_size, "mode": mode, "adapt_s": adapt_s}
     accepted = None
-    if accept is None:
-        found = DynamicClassifier.load(model).discover(texts, n_new, **options)
-    elif adapt_s is not None:  # minutes of training: not under the store's write lock (a stale discovery is refused)
-        found = DynamicClassifier.load(model).discover(texts, n_new, **options)
-        picks = _picks(accept, len(found.clusters))
+    # adapt_s trains for minutes: outside the store's write lock (a discovery made stale meanwhile is refused)
+    found = DynamicClassifier.load(model).discover(texts, n_new, **options) if accept is None or adapt_s else None
+    if accept is not None:
         with DynamicClassifier.edit(model, op="discover") as clf:
-            clf.accept(found, picks, add_examples=add_examples)
-        accepted = [c.name for c in (found.clusters if picks is None else [found.clusters[i] for i in picks])]
-    else:
-        with DynamicClassifier.edit(model, op="discover") as clf:
-            found = clf.discover(texts, n_new, **options)
+            if found is None:
+                found = clf.discover(texts, n_new, **options)
             picks = _picks(accept, len(found.clusters))
             clf.accept(found, picks, add_examples=add_examples)
-            accepted = [c.name for c in (found.clusters if picks is None else [found.clusters[i] for i in picks])]
+        accepted = [c.name for c in (found.clusters if picks is None else [found.clusters[i] for i in picks])]
     if as_json:
         print(json.dumps({**found.to_dict(), "accepted": accepted}, ensure_ascii=False))
     else:
