@@ -724,7 +724,8 @@ def report(results, args):
                 tunes = [r[spec]["refreshed"].get("tune") for r in runs]
                 if tunes[0]:
                     lines.append(f"{spec}: tune of {ms(t['train_seconds'] for t in tunes)} s training, "
-                                 f"{ms(t['episodes'] for t in tunes)} episodes, {ms(t['seconds'] for t in tunes)} s "
+                                 f"{ms(t['episodes'] for t in tunes)} episodes ({ms(t['few_shot'] for t in tunes)} "
+                                 f"few-shot labels left out), {ms(t['seconds'] for t in tunes)} s "
                                  f"in all; its version stored {ms(t['store_growth_bytes'] / 1e6 for t in tunes)} MB "
                                  f"({ms(t['weights_bytes'] / 1e6 for t in tunes)} MB of tuned layers)")
             if "oos" in runs[0][next(iter(runs[0]))]:

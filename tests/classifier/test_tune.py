@@ -93,6 +93,42 @@ def test_tune_in_memory_and_again_from_the_tuned_weights(frozen, data):
     assert not np.allclose(again.encode(data["train"]["alarm"][:3]), tuned_points, atol=1e-6)
 
 
+def test_a_label_with_few_examples_is_left_out_of_the_training_and_embedded_by_the_tuned_backbone(frozen, data,
+                                                                                                  tmp_path):
+    """Labels of 8 examples and one of 3 (few-shot: under half the median): the tune trains on the six, every
+    label's points come from the tuned backbone, and the report and the version's log count it."""
+    path = _saved(frozen, tmp_path / "m")
+    coin = ["flip a coin for me", "heads or tails please", "toss a coin"]
+    with DynamicClassifier.edit(path) as clf:
+        clf.add_label("flip_coin", coin)
+    seen = []
+    real = tuning.trainer.train_episodic
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(tuning.trainer, "train_episodic", lambda model, texts, labels, *a: seen.append(set(labels))
+                   or real(model, texts, labels, *a))
+    try:
+        tuned, report = tuning.tune_model(DynamicClassifier, path, 60, episodes=2)
+    finally:
+        monkey.undo()
+    assert seen == [set(INTENTS)] and report.few_shot == 1
+    assert DynamicClassifier.versions(path)[0]["detail"][0]["few_shot"] == 1
+    _stored_points_match(DynamicClassifier.load(path))
+    np.testing.assert_allclose(tuned.labels_.support("flip_coin").points.numpy(), tuned.encode(coin), atol=2e-5)
+
+
+@pytest.mark.parametrize("sizes, few", [
+    ({"a": 200, "b": 200, "c": 200, "d": 65, "e": 19, "f": 5}, ["e", "f"]),  # under 20 (half the median: 100)
+    ({"a": 8, "b": 8, "c": 8, "d": 3}, ["d"]),  # under half the median (4)
+    ({"a": 5, "b": 5, "c": 5}, []),
+])
+def test_few_shot_labels_are_under_twenty_examples_and_under_half_the_median(sizes, few):
+    from types import SimpleNamespace
+
+    clf = SimpleNamespace(labels_=SimpleNamespace(items=lambda: [(n, SimpleNamespace(texts=["t"] * k))
+                                                                 for n, k in sizes.items()]))
+    assert tuning.few_shot_labels(clf) == few
+
+
 def test_a_tune_while_writers_write_loses_nothing(frozen, data, tmp_path, monkeypatch):
     """A writer commits all through the tune (during its training, between its catch-up read and its
     commit, and after it); every acknowledged change is in the newest version, embedded with the

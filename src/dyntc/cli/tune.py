@@ -68,6 +68,7 @@ def tune(
     print(json.dumps(report))
     note(f"tuned version {report['base_version']} for {report['episodes']} episodes ({report['train_seconds']:.0f} s): "
          f"version {report['version']}, {report['weights_bytes'] / 1e6:.1f} MB of tuned layers"
+         + (f"; {report['few_shot']} labels with few examples left out of the training" if report["few_shot"] else "")
          + (f"; {len(report['replayed'])} labels changed meanwhile carried over" if report["replayed"] else ""))
 
 

@@ -58,7 +58,7 @@ class EpisodeSampler:
         small = [(c, len(ix)) for c, ix in zip(classes, self.by_class) if len(ix) < n_support + 1]
         if small:
             c, n = small[0]
-            name = names[c] if names is not None else c
+            name = names[c] if names is not None else c.item()
             raise DyntcError(
                 f"class {name!r} has {n} examples but episodes need n_support + 1 = {n_support + 1} "
                 f"({len(small)} classes are this small): add examples or lower n_support"
