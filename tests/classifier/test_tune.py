@@ -295,6 +295,10 @@ def test_bad_devices_models_and_episodes_get_clear_errors(frozen, tmp_path):
         few.tune(60)
     from _toy import LABELS, TEXTS
 
+    lopsided = DynamicClassifier(n_support=2).fit(TEXTS["alarm"] + TEXTS["weather"][:3], ["alarm"] * 10 + ["weather"] * 3)
+    with pytest.raises(DyntcError, match="1 labels with under 20 examples and under half the median label's are left"):
+        lopsided.tune(60)  # the 3 weather texts are few-shot: one label left to train on
+
     toy = DynamicClassifier(encoder="hashing").fit([t for y in LABELS for t in TEXTS[y]],
                                                    [y for y in LABELS for _ in TEXTS[y]])
     with pytest.raises(DyntcError, match="tune fine-tunes a pretrained backbone; encoder 'hashing' has none"):

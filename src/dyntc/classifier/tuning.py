@@ -95,7 +95,9 @@ def check_tunable(clf: Any, episodes: Any) -> None:
         trainer.episodic_classes([c for c in trained for _ in clf.labels_.support(c).texts], trained,
                                  params["n_support"])
     except DyntcError as exc:
-        raise DyntcError(f"too few examples to tune: {exc}") from None
+        left = (f" ({len(few_shot)} labels with under {FEW_EXAMPLES} examples and under half the median label's "
+                "are left out of a tune)") if few_shot else ""
+        raise DyntcError(f"too few examples to tune: {exc}{left}") from None
 
 
 def few_shot_labels(clf: Any) -> list[str]:
