@@ -75,8 +75,9 @@ def check_budget(budget_s: Any, arg: str = "budget_s") -> float:
     return float(budget_s)
 
 
-def check_tunable(clf: Any, episodes: Any) -> None:
-    """A clear error unless `clf` has a pretrained backbone alone and enough examples for episodes."""
+def check_tunable(clf: Any, episodes: Any) -> set[str]:
+    """A clear error unless `clf` has a pretrained backbone alone and enough examples for episodes;
+    returns the labels the tune leaves out (:func:`few_shot_labels`)."""
     from dyntc.core.encoders import encoder_kind
 
     params = clf.get_params()
@@ -98,6 +99,7 @@ def check_tunable(clf: Any, episodes: Any) -> None:
         left = (f" ({len(few_shot)} labels with under {FEW_EXAMPLES} examples and under half the median label's "
                 "are left out of a tune)") if few_shot else ""
         raise DyntcError(f"too few examples to tune: {exc}{left}") from None
+    return few_shot
 
 
 def few_shot_labels(clf: Any) -> list[str]:
@@ -136,13 +138,12 @@ def train(clf: Any, budget_s: float, device: str, episodes: int | None, progress
     """Fine-tune a new network on `clf`'s support sets (`clf` is unchanged; those of
     :func:`few_shot_labels` left out); returns its space (on `device`), every support text's tuned
     point, the training result and how many labels were left out."""
-    check_tunable(clf, episodes)
+    few_shot = check_tunable(clf, episodes)
     params = clf.get_params()
     config = train_config({**params, "time_budget_s": budget_s, "device": device, "progress": progress},
                           params["episodes"] if episodes is None else episodes, params["lr"])
     torch.manual_seed(params["seed"])
     model = tunable_network(clf)
-    few_shot = set(few_shot_labels(clf))
     stored = clf.labels_.items()
     texts = [t for _, s in stored for t in s.texts]
     labels = [c for c, s in stored for _ in s.texts]
