@@ -556,15 +556,21 @@ def draw(rng, x, y, classes, k):
     return out
 
 
-def generalized(data, split, seed, specs, new_shots, new_fraction):
+def partition(data, seed, new_shots, new_fraction):
+    """The generalized scenario's draw for `seed`: the new intents, the old ones, and the training
+    indices of each new intent's ``new_shots`` examples (``{intent: indices}``)."""
     rng = np.random.default_rng(seed)
     n = len(data.classes)
     perm = rng.permutation(n)
     new = np.sort(perm[: int(round(n * new_fraction))])
     old = np.sort(perm[int(round(n * new_fraction)):])
-    tr = data.train
+    return new, old, draw(rng, data.train.x, data.train.y, new, new_shots)
+
+
+def generalized(data, split, seed, specs, new_shots, new_fraction):
+    new, old, support = partition(data, seed, new_shots, new_fraction)
+    n, tr = len(data.classes), data.train
     old_mask = np.isin(tr.y, old)
-    support = draw(rng, tr.x, tr.y, new, new_shots)
     ev = data.dev if split == "dev" else data.test
     is_new = np.isin(ev.y, new)
     rows = {}
