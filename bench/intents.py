@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+NEW_SHOTS, NEW_FRACTION = 5, 1 / 3  # generalized: examples of each new intent, and the share of intents that are new
 APPROACHES_DEFAULT = ("centroid", "cosine", "dc-default", "lr", "lr-balanced", "head", "product")
 # published frozen-encoder few-shot anchor: USE+ConveRT (Casanueva et al. 2020), accuracy at 5 / 10 shots
 ANCHORS = {"clinc150": {5: 90.49, 10: 93.26}, "hwu64": {5: 80.01, 10: 85.83}}
@@ -778,8 +779,8 @@ def main() -> None:
                          "served frozen, then tuned as a new version), "
                          "setfit[:head=balanced,steps=400] (needs the setfit extra)")
     ap.add_argument("--seeds", default="0,1,2", help="partition seeds (generalized) and draws (few-shot)")
-    ap.add_argument("--new-shots", type=int, default=5)
-    ap.add_argument("--new-fraction", type=float, default=1 / 3)
+    ap.add_argument("--new-shots", type=int, default=NEW_SHOTS)
+    ap.add_argument("--new-fraction", type=float, default=NEW_FRACTION)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

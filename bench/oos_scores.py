@@ -36,7 +36,7 @@ import numpy as np
 
 def build(data, args):
     """The classifier to score and the test texts' intents that were added with few examples."""
-    from bench.intents import partition
+    from bench.intents import NEW_FRACTION, NEW_SHOTS, partition
     from dyntc import DynamicClassifier
 
     name = lambda c: f"{int(c):04d}"  # noqa: E731
@@ -45,7 +45,7 @@ def build(data, args):
         clf = DynamicClassifier(seed=0).fit(tr.texts, [name(c) for c in tr.y])
         clf.refresh(wait=True)
         return clf, np.zeros(0, int)
-    new, old, support = partition(data, args.seed, 5, 1 / 3)
+    new, old, support = partition(data, args.seed, NEW_SHOTS, NEW_FRACTION)
     kept = np.flatnonzero(np.isin(tr.y, old))
     clf = DynamicClassifier(seed=0).fit([tr.texts[i] for i in kept], [name(tr.y[i]) for i in kept])
     for c in new:
@@ -62,13 +62,11 @@ def build(data, args):
     return clf, new
 
 
-def unit(a: np.ndarray) -> np.ndarray:
-    return a / np.linalg.norm(a, axis=1, keepdims=True)
-
-
 def scorers(clf):
     """``{row name: texts -> in-scope score (higher = more in scope)}``."""
     import torch
+
+    from dyntc.classifier.head import normalize as unit, pooled_spread
 
     names = [str(c) for c in clf.classes_]
     points = [clf.labels_.support(c).points.double().numpy() for c in names]
@@ -76,7 +74,7 @@ def scorers(clf):
     stored, owner = np.concatenate(points), np.repeat(np.arange(len(points)), counts.astype(int))
     means = np.stack([p.mean(0) for p in points])
     centred = stored - means[owner]
-    sigma2 = (centred ** 2).sum() / (len(stored) - len(points))  # pooled spread, as the head's correction
+    sigma2 = pooled_spread(float((centred ** 2).sum()), counts)  # the label set's own σ²
     cov = centred.T @ centred / (len(stored) - len(points))
     shrunk = 0.5 * cov + 0.5 * np.trace(cov) / len(cov) * np.eye(len(cov))
     protos, unit_stored = unit(means), unit(stored)
@@ -99,7 +97,7 @@ def scorers(clf):
 
     on_scores = {
         "head: best label's score (the product's)": lambda s: s.max(1),
-        "head: best label's probability": lambda s: torch.softmax(torch.as_tensor(s), 1).numpy().max(1),
+        "head: best label's probability": lambda s: clf.proba_from_scores(s).max(1),  # predict_proba's
         "head: log-sum-exp of the scores": lambda s: torch.logsumexp(torch.as_tensor(s), 1).numpy(),
         "head: best score + scale · σ²/(2 n_c)": lambda s: (s + head_scale * sigma2 / (2 * counts)).max(1),
     }
@@ -120,6 +118,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="the generalized scenario's partition")
     ap.add_argument("--tune", type=float, default=0.0, help="generalized: seconds of DynamicClassifier.tune_saved (0: none)")
     args = ap.parse_args()
+    if not args.tune >= 0:
+        raise SystemExit(f"--tune must be a number of seconds >= 0 (0: no tune), got {args.tune}")
     if args.tune and args.scenario != "generalized":
         raise SystemExit("--tune needs --scenario generalized")
     import torch
