@@ -114,7 +114,9 @@ def test_names_made_unique(clf):
     (MUSIC + TRANSLATE, 5, "n_new must be an integer between 1 and 4"),
     (MUSIC + TRANSLATE, 1.5, "n_new must be an integer"),
 ])
-def test_bad_input(clf, texts, n_new, match):
+def test_bad_input(clf, texts, n_new, match, monkeypatch):
+    # refused before a text is embedded (with adapt_s, embedding and training take minutes)
+    monkeypatch.setattr(type(clf.space_), "embed", lambda *args: pytest.fail("embedded before the checks"))
     with pytest.raises(DyntcError, match=match):
         clf.discover(texts, n_new)
 

@@ -188,6 +188,28 @@ def unique_name(base: str, taken: set[str]) -> str:
     return name
 
 
+def check_options(labels: LabelSet, texts: Sequence[str], n_new: int | None = None, *, max_new: int | None = None,
+                  min_cluster_size: int = MIN_CLUSTER_SIZE, mode: str = "default",
+                  seed: int | None = 0) -> tuple[list[str], int | None, dict]:
+    """:func:`discover`'s arguments checked, nothing embedded: (texts, n_new, settings), the
+    settings holding the mode's, ``min_cluster_size``, ``seed`` and ``max_new`` (its default filled in)."""
+    if mode not in MODES:
+        raise DyntcError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    min_cluster_size = _check_int(min_cluster_size, "min_cluster_size", 1)
+    seed = check_seed(seed)
+    texts = check_texts(texts, 2 * min_cluster_size)
+    limit = len(texts) // min_cluster_size
+    why = f" ({len(texts)} texts, min_cluster_size={min_cluster_size})"
+    if n_new is not None:
+        n_new = _check_int(n_new, "n_new", 1, limit, why)
+    if max_new is None:
+        max_new = default_max_new(len(texts), sum(support.n_parts for _, support in labels.items()), min_cluster_size)
+    else:
+        max_new = _check_int(max_new, "max_new", 1, limit, why)
+    return texts, n_new, {"mode": mode, "min_cluster_size": min_cluster_size, "seed": seed, "shrink": SHRINK,
+                          **MODE_SETTINGS[mode], "max_new": max_new}
+
+
 def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new: int | None = None, *,
              max_new: int | None = None, min_cluster_size: int = MIN_CLUSTER_SIZE, mode: str = "default",
              seed: int = 0, adapt: Callable[[list[str], np.ndarray, int, int], Adapted] | None = None) -> Discovery:
@@ -197,24 +219,12 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     are checked, its points of the texts and of the support replace theirs in the clustering (a
     backbone fine-tuned on them, ``discovery_tuning.py``)."""
     start = time.perf_counter()
-    if mode not in MODES:
-        raise DyntcError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    min_cluster_size = _check_int(min_cluster_size, "min_cluster_size", 1)
-    seed = check_seed(seed)
-    texts = check_texts(texts, 2 * min_cluster_size)
+    texts, n_new, settings = check_options(labels, texts, n_new, max_new=max_new, min_cluster_size=min_cluster_size,
+                                           mode=mode, seed=seed)
     if len(points) != len(texts):
         raise DyntcError(f"{len(texts)} texts but {len(points)} points")
     known, known_y, owners = _known(labels)
-    limit = len(texts) // min_cluster_size
-    why = f" ({len(texts)} texts, min_cluster_size={min_cluster_size})"
-    if n_new is not None:
-        n_new = _check_int(n_new, "n_new", 1, limit, why)
-    if max_new is None:
-        max_new = default_max_new(len(texts), len(owners), min_cluster_size)
-    else:
-        max_new = _check_int(max_new, "max_new", 1, limit, why)
-    settings = {"mode": mode, "min_cluster_size": min_cluster_size, "seed": seed, "shrink": SHRINK,
-                **MODE_SETTINGS[mode], "max_new": max_new}
+    min_cluster_size, seed, max_new = settings["min_cluster_size"], settings["seed"], settings["max_new"]
 
     directions = _directions(points, labels.space.metric)
     if adapt is not None:
@@ -284,21 +294,28 @@ def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s
     training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds: on
     StackOverflow 360 s lifted NMI / ARI / ACC by 3 / 4 / 3 points). Changes nothing: ``accept``
     adds clusters."""
-    from dyntc.classifier.tuning import check_budget
-
-    clf._check_fitted()
+    texts = check_discover(clf, texts, n_new, adapt_s=adapt_s, **options)  # before minutes of embedding or training
     adapt = None
     if adapt_s is not None:
-        budget = check_budget(adapt_s, "adapt_s")
-        discovery_tuning.check_adaptable(clf)
-
         def adapt_backbone(support_texts, support_y, n_clusters, seed):
-            return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, budget, seed, SHRINK)
+            return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, float(adapt_s), seed, SHRINK)
         adapt = adapt_backbone
-    texts = check_texts(texts, 0)  # empty and repeated texts refused before embedding
     found = discover(clf.labels_, texts, clf.space_.embed(texts), n_new, adapt=adapt, **{"seed": clf.seed, **options})
     found.settings["adapt_s"] = adapt_s
     return found
+
+
+def check_discover(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s: float | None = None,
+                   **options) -> list[str]:
+    """Every check ``DynamicClassifier.discover`` makes before its work, in milliseconds (a service
+    checks a request with it before starting a job of minutes); returns the texts as a list."""
+    from dyntc.classifier.tuning import check_budget
+
+    clf._check_fitted()
+    if adapt_s is not None:
+        check_budget(adapt_s, "adapt_s")
+        discovery_tuning.check_adaptable(clf)
+    return check_options(clf.labels_, texts, n_new, **{"seed": clf.seed, **options})[0]
 
 
 def accept(clf, discovery: "Discovery", clusters=None, *, add_examples: bool = False) -> list[str]:

@@ -31,6 +31,7 @@ def serve(
     max_connections: Annotated[Optional[int], typer.Option(help="Open connections; over it a new one closes the oldest not being worked on (idle or still sending) [default: 1024]")] = None,
     max_in_flight: Annotated[Optional[int], typer.Option(help="Requests worked on at once; more are answered 503 (/healthz always answered) [default: 128]")] = None,
     workers: Annotated[Optional[int], typer.Option(help="Threads that embed at once (one reserved for small requests); 0 = CPU count [default: 0]")] = None,
+    max_adapt_s: Annotated[Optional[float], typer.Option(help="Most seconds a discovery job (POST /discover with adapt_s) may fine-tune the backbone [default: 900]")] = None,
     access_log: Annotated[bool, typer.Option(help="Print one line per request on stderr (client, method, path, status)")] = False,
     capture: Annotated[Optional[int], typer.Option(help="Keep up to N predicted texts the service could not place (rejected or low-margin) in the model's store, for the console's inbox; needs --token-file [default: 0 = off]")] = None,
     capture_days: Annotated[Optional[float], typer.Option(help="Forget a captured text not seen again for this many days [default: 7]")] = None,
@@ -53,7 +54,8 @@ def serve(
 
     given = dict(max_body_bytes=max_body_bytes, max_batch=max_batch, max_text_chars=max_text_chars,
                  max_examples=max_examples, max_label_chars=max_label_chars, request_timeout_s=request_timeout_s,
-                 max_connections=max_connections, max_in_flight=max_in_flight, workers=workers)
+                 max_connections=max_connections, max_in_flight=max_in_flight, workers=workers,
+                 max_adapt_s=max_adapt_s)
     limits = Limits(**{k: v for k, v in given.items() if v is not None})
     captured = dict(capture=capture, capture_days=capture_days, capture_margin=capture_margin)
     policy = CapturePolicy(**{k: v for k, v in captured.items() if v is not None})

@@ -264,6 +264,7 @@ def test_accept_a_proposed_cluster(page, server):
     visit(page, server.url + "/console/inbox")
     sign_in(page)
     wait(page, lambda d: css(d, "#discover-form"), "the inbox")
+    assert not css(page, "#adapt-min")  # the hashing encoder has no backbone to adapt: no such choice
     click(page, "#discover-form button[type=submit]")
     wait(page, lambda d: css(d, "form.cluster"), "the proposed clusters")
     first = css(page, "form.cluster")[0]
@@ -276,6 +277,47 @@ def test_accept_a_proposed_cluster(page, server):
     first.find_element("css selector", "button[value=accept]").click()
     status_says(page, "now label new intent")
     assert stored(server).support("new intent") == kept
+
+
+@pytest.mark.data
+def test_propose_labels_after_adapting_the_model_to_the_captured_texts(browser, clinc_raw, tmp_path):
+    """MiniLM, whose backbone a discovery may adapt: the console starts the job, follows it, and
+    shows the clusters it found; accepting one is a label."""
+    pytest.importorskip("sentence_transformers")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    known, new = ["alarm", "balance", "timer", "weather"], ["book_hotel", "translate"]
+    groups: dict[str, list[str]] = {}
+    for text, label in clinc_raw["train"]:
+        groups.setdefault(label, []).append(text)
+    clf = DynamicClassifier(head=None).fit([t for y in known for t in groups[y][:8]], [y for y in known for _ in range(8)])
+    texts = [t for y in known + new for t in groups[y][8:28]]
+    with Server.serving(clf, tmp_path, max_batch=64, args=["--capture", "500", "--capture-margin", "1"]) as srv:
+        for i in range(0, len(texts), 64):
+            assert srv.call("POST", "/predict", {"texts": texts[i:i + 64]})[0] == 200
+        assert eventually(lambda: srv.call("GET", "/captures?limit=1")[1]["total"] == len(texts), timeout=30)
+        viewport(browser, 1280, 800)
+        visit(browser, srv.url + "/console/inbox")
+        browser.execute_script("sessionStorage.clear()")
+        visit(browser, srv.url + "/console/inbox")
+        sign_in(browser)
+        wait(browser, lambda d: css(d, "#adapt-min"), "the choice to adapt the model")
+        assert by_id(browser, "adapt-min").get_attribute("max") == "15"  # --max-adapt-s 900 by default
+        fill(browser, "n-new", "2")
+        fill(browser, "adapt-min", "0.05")  # 3 s of training
+        click(browser, "#discover-form button[type=submit]")
+        status_says(browser, "Adapting the model to the captured texts")
+        WebDriverWait(browser, 300, poll_frequency=0.2).until(lambda d: css(d, "form.cluster"),
+                                                              message="waited for the adapted discovery's clusters")
+        first = css(browser, "form.cluster")[0]
+        kept = [box.get_attribute("value") for box in first.find_elements("css selector", "input[name=text]")]
+        assert len(kept) >= 3 and set(kept) <= set(texts)
+        name = first.find_element("css selector", "input[name=name]")
+        name.clear()
+        name.send_keys("found intent")
+        first.find_element("css selector", "button[value=accept]").click()
+        status_says(browser, "now label found intent")
+        assert DynamicClassifier.load(srv.model).support("found intent") == kept
 
 
 @pytest.mark.skipif(not hasattr(DynamicClassifier, "suggest"), reason="DynamicClassifier.suggest is not in this tree")

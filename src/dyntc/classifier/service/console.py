@@ -285,9 +285,11 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
         pages = _pages(total, CAPTURES_PER_PAGE, page_no)
         from dyntc.classifier import DynamicClassifier
 
+        clf = service.current()
         return {"rows": rows, "total": total, "capturing": inbox is not None,
-                "policy": inbox.policy if inbox is not None else None, "labels": service.current().classes_.tolist(),
-                "can_discover": hasattr(DynamicClassifier, "discover"),
+                "policy": inbox.policy if inbox is not None else None, "labels": clf.classes_.tolist(),
+                "can_discover": hasattr(DynamicClassifier, "discover"), "can_adapt": _can_adapt(clf),
+                "max_adapt_min": service.limits.max_adapt_s / 60,
                 "can_suggest": hasattr(DynamicClassifier, "suggest"), **pages}
 
     app.add_api_route("/", labels_page, methods=["GET"], include_in_schema=False)
@@ -298,6 +300,19 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
     app.add_api_route("/console/versions/diff", diff_page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/console/inbox", inbox_page, methods=["GET"], include_in_schema=False)
     _offline_docs(app)
+
+
+def _can_adapt(clf) -> bool:
+    """Whether a discovery may adapt `clf`'s backbone first (a pretrained one; not hashing or GloVe)."""
+    try:
+        from dyntc.classifier.discovery_tuning import check_adaptable
+    except ImportError:  # a dyntc without adapted discovery
+        return False
+    try:
+        check_adaptable(clf)
+    except DyntcError:
+        return False
+    return True
 
 
 def _offline_docs(app: FastAPI) -> None:

@@ -13,7 +13,10 @@ store, and what turns them into labels.
   and ``--capture`` itself needs ``--token-file``.
 - **Discovery** (``POST /discover``: clusters of the captured or the posted texts, from
   :meth:`DynamicClassifier.discover`) and **suggestions** (``GET /suggestions``: merges and splits,
-  from :meth:`DynamicClassifier.suggest`) are offered when the library has them.
+  from :meth:`DynamicClassifier.suggest`) are offered when the library has them. A discovery that
+  adapts the backbone first (``adapt_s``, minutes) is a background job
+  (:mod:`~dyntc.classifier.service.jobs`): answered 202 with its ``url``, read by
+  ``GET /discover/jobs/{id}`` until its ``status`` is ``done`` (or ``failed``).
 - **Accepting** a cluster (``POST /discover/accept``) is one write: its texts become a new label, or
   examples of an existing one, and leave the inbox. The client sends the texts it accepts, so a
   discovery that went stale (the label set changed since) is applied to the current label set as it
@@ -28,9 +31,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 from fastapi import APIRouter, Depends, HTTPException, Request
-from pydantic import BaseModel, Field, StrictInt, StrictStr
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, StrictFloat, StrictInt, StrictStr
 
 from dyntc.classifier import DynamicClassifier
+from dyntc.classifier.service.jobs import JobConflict, Jobs
+from dyntc.classifier.service.limits import HTTPError
 from dyntc.classifier.store.captures import CaptureLog, Captured
 from dyntc.errors import DyntcError, is_int, is_number
 
@@ -132,6 +138,8 @@ class Dismiss(BaseModel):
 class Discover(BaseModel):
     texts: list[StrictStr] | None = Field(None, description="Texts to cluster; none: the captured texts")
     n_new: StrictInt | None = Field(None, description="Number of new intents; none: estimated")
+    adapt_s: StrictFloat | None = Field(None, description="Seconds of fine-tuning a copy of the backbone on the texts "
+                                                          "first (minutes: answered 202 with a job to read)")
 
 
 class Accept(BaseModel):
@@ -185,21 +193,54 @@ def router(service, inbox: Inbox | None, hooks) -> APIRouter:
         return labels_body(clf)
 
     if hasattr(DynamicClassifier, "discover"):
+        from dyntc.classifier.discovery import check_discover
+        from dyntc.core.encoders.pretrained import no_disk_cache
+
+        jobs = Jobs()
 
         @api.post("/discover", dependencies=[Depends(writer)])
-        def discover(req: Discover, request: Request) -> dict:
+        def discover(req: Discover, request: Request):
             texts = req.texts
-            if texts is None:
+            source = "captures" if texts is None else "texts"
+            if texts is None:  # bounded by --capture, not by what one request may post
                 token_only(request)
                 texts = log.texts()
-            if len(texts) > limits.max_examples:
+                chars = sum(map(len, texts))
+            elif len(texts) > limits.max_examples:
                 raise HTTPException(413, f"{len(texts):,} texts to cluster; this service takes at most "
-                                     f"{limits.max_examples:,} (--max-examples)")
-            chars = check_write(limits, [], texts) if texts else 0
+                                     f"{limits.max_examples:,} in a request (--max-examples)")
+            else:
+                chars = check_write(limits, [], texts) if texts else 0
             clf = service.current()
-            with service.workers.take(chars):
-                found = clf.discover(texts, n_new=req.n_new)
-            return {"version": clf.version_, "source": "captures" if req.texts is None else "texts", **found.to_dict()}
+            if req.adapt_s is None:
+                with service.workers.take(chars):
+                    found = clf.discover(texts, n_new=req.n_new)
+                return {"version": clf.version_, "source": source, **found.to_dict()}
+            if req.adapt_s > limits.max_adapt_s:
+                raise HTTPException(413, f"adapt_s={req.adapt_s:g}; this service adapts for at most "
+                                         f"{limits.max_adapt_s:g} s (--max-adapt-s)")
+            check_discover(clf, texts, req.n_new, adapt_s=req.adapt_s)  # a bad request fails now, not in the job
+
+            def work() -> dict:
+                with no_disk_cache():  # posted or captured texts never reach the disk cache
+                    found = clf.discover(texts, n_new=req.n_new, adapt_s=req.adapt_s)
+                return {"version": clf.version_, "source": source, **found.to_dict()}
+
+            try:
+                job = jobs.start("discover", source, work)
+            except JobConflict as exc:
+                raise HTTPException(409, str(exc)) from None
+            return JSONResponse(job.to_dict(), status_code=202, headers={"Location": job.url})
+
+        @api.get("/discover/jobs/{job_id}", dependencies=[Depends(writer)])
+        def discover_job(job_id: str, request: Request) -> dict:
+            job = jobs.get(job_id)
+            if job is None:
+                raise HTTPError(404, f"no discovery job {job_id!r} here: a job lives in the service process "
+                                         f"that started it, for {jobs.keep_s / 60:g} minutes after it ends")
+            if job.source == "captures":
+                token_only(request)
+            return job.to_dict()
 
     if hasattr(DynamicClassifier, "suggest"):
 

@@ -59,6 +59,7 @@ class Limits:
     max_connections: int = 1024  #: open connections; over it the oldest not being worked on is closed
     max_in_flight: int = 128  #: requests being worked on at once; more are answered 503 (not /healthz)
     workers: int = 0  #: texts embedded by at most this many threads at once; 0 = the CPU count
+    max_adapt_s: float = 900.0  #: seconds a discovery job may fine-tune the backbone (POST /discover's adapt_s)
 
     def __post_init__(self) -> None:
         for f in fields(self):

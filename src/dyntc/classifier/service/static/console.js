@@ -240,11 +240,26 @@
     return node;
   }
 
+  /* A discovery that adapts the model first is a job of minutes: read it until it ends. */
+  function finished(job) {
+    if (job.status === 'done') { return job.result; }
+    if (job.status === 'failed') { throw new Error('The discovery failed: ' + job.error); }
+    showStatus('Adapting the model to the captured texts, then grouping them… ' + Math.round(job.seconds) + ' s so far.');
+    return new Promise(function (resolve) { setTimeout(resolve, 2000); }).then(function () {
+      return api('GET', job.url);
+    }).then(finished);
+  }
+
   function discover(form) {
     var n = form.elements.n_new.value, payload = {};
+    var minutes = form.elements.adapt_min ? Number(form.elements.adapt_min.value || 0) : 0;
     if (n) { payload.n_new = Number(n); }
-    showStatus('Clustering the captured texts…');
+    if (minutes > 0) { payload.adapt_s = minutes * 60; }
+    showStatus(minutes > 0 ? 'Adapting the model to the captured texts (about ' + minutes + ' min), then grouping them…'
+      : 'Clustering the captured texts…');
     api('POST', '/discover', payload).then(function (data) {
+      return data && data.job ? finished(data) : data;
+    }).then(function (data) {
       showStatus('');
       var box = $('clusters');
       box.textContent = '';
