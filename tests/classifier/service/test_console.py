@@ -4,8 +4,9 @@ each checked in the store afterwards (DynamicClassifier.load), not only on the p
 Screenshots for docs/console.md: DYNTC_SCREENSHOTS=docs/img pytest tests/classifier/service/test_console.py"""
 
 import pytest
-from _browser import missing, shot, start_browser, stop_browser, viewport
-from _server import TOKEN, Server, eventually
+from _browser import (by_id, click, css, error_says, fill, missing, shot, sign_in, start_browser, status_says,
+                      stop_browser, viewport, visit, wait)
+from _server import Server, eventually
 from _toy import LABELS
 
 from dyntc import DynamicClassifier
@@ -14,7 +15,6 @@ pytest.importorskip("fastapi")
 why = missing()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"browser tests: {why}")
 
-WAIT_S = 30  # generous for a busy 2-core machine; every wait ends as soon as its condition holds
 
 
 @pytest.fixture(scope="module")
@@ -50,62 +50,6 @@ def page(browser, server):
 
 def stored(server) -> DynamicClassifier:
     return DynamicClassifier.load(server.model)
-
-
-def wait(driver, condition, what: str):
-    from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # an element looked up while the page is being replaced (a navigation, or <main> swapped) may be
-    # missing, stale or detached under the lookup: look again at the next poll
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05, ignored_exceptions=(WebDriverException,)).until(
-        condition, message=f"waited for {what}")
-
-
-def by_id(driver, element_id: str):
-    from selenium.webdriver.common.by import By
-
-    return driver.find_element(By.ID, element_id)
-
-
-def css(driver, selector: str):
-    from selenium.webdriver.common.by import By
-
-    return driver.find_elements(By.CSS_SELECTOR, selector)
-
-
-def visit(driver, url: str) -> None:
-    driver.get(url)
-    wait(driver, lambda d: d.execute_script("return document.body.dataset.ready === '1'"), f"{url} to load")
-
-
-def sign_in(driver, token: str = TOKEN) -> None:
-    box = by_id(driver, "token-input")
-    box.clear()
-    box.send_keys(token)
-    box.submit()
-    if token == TOKEN:
-        wait(driver, lambda d: by_id(d, "signed-in").is_displayed(), "the signed-in state")
-
-
-def status_says(driver, words: str) -> None:
-    wait(driver, lambda d: words in by_id(d, "status").text, f"the status to say {words!r}")
-
-
-def error_says(driver, words: str) -> str:
-    wait(driver, lambda d: by_id(d, "error").is_displayed() and words in by_id(d, "error").text,
-         f"an error saying {words!r}")
-    return by_id(driver, "error").text
-
-
-def fill(driver, element_id: str, text: str) -> None:
-    box = by_id(driver, element_id)
-    box.clear()
-    box.send_keys(text)
-
-
-def click(driver, selector: str) -> None:
-    css(driver, selector)[0].click()
 
 
 def test_sign_in_add_a_label_and_try_it(page, server):
@@ -284,8 +228,6 @@ def test_propose_labels_after_adapting_the_model_to_the_captured_texts(browser, 
     """MiniLM, whose backbone a discovery may adapt: the console starts the job, follows it, and
     shows the clusters it found; accepting one is a label."""
     pytest.importorskip("sentence_transformers")
-    from selenium.webdriver.support.ui import WebDriverWait
-
     known, new = ["alarm", "balance", "timer", "weather"], ["book_hotel", "translate"]
     groups: dict[str, list[str]] = {}
     for text, label in clinc_raw["train"]:
@@ -307,8 +249,9 @@ def test_propose_labels_after_adapting_the_model_to_the_captured_texts(browser, 
         fill(browser, "adapt-min", "0.05")  # 3 s of training
         click(browser, "#discover-form button[type=submit]")
         status_says(browser, "Adapting the model to the captured texts")
-        WebDriverWait(browser, 300, poll_frequency=0.2).until(lambda d: css(d, "form.cluster"),
-                                                              message="waited for the adapted discovery's clusters")
+        visit(browser, srv.url + "/console/versions")  # away and back: the inbox picks the job up again
+        visit(browser, srv.url + "/console/inbox")
+        wait(browser, lambda d: css(d, "form.cluster"), "the adapted discovery's clusters", timeout=300)
         first = css(browser, "form.cluster")[0]
         kept = [box.get_attribute("value") for box in first.find_elements("css selector", "input[name=text]")]
         assert len(kept) >= 3 and set(kept) <= set(texts)

@@ -80,6 +80,35 @@ def test_job_reads_need_the_token_and_an_existing_job(toy_server):
     assert status == 404 and "lives in the service process that started it" in answer["error"]
 
 
+def test_without_a_token_a_local_client_reads_a_job_like_any_read(fitted, tmp_path):
+    srv = Server(fitted.save(tmp_path / "model"), tmp_path, token=None)
+    try:  # a GET, so no body type needed (writes need one on a service without a token)
+        status, answer = srv.call("GET", "/discover/jobs/0123abcd", token=None, headers={"Content-Type": None})
+        assert status == 404 and "no discovery job" in answer["error"]
+    finally:
+        srv.stop()
+
+
+def test_captured_texts_to_cluster_are_bounded(fitted, tmp_path):
+    # one replica captures 8 texts; another, without --capture, clusters at most --max-examples of them
+    model = fitted.save(tmp_path / "model")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    capturing = Server(model, tmp_path / "a", args=["--capture", "10", "--capture-margin", "1"])
+    other = Server(model, tmp_path / "b", args=["--max-examples", "5"])
+    try:
+        texts = [f"an unplaced text number {i}" for i in range(8)]
+        assert capturing.call("POST", "/predict", {"texts": texts})[0] == 200
+        assert eventually(lambda: capturing.call("GET", "/captures")[1]["total"] == 8, timeout=20)
+        status, answer = other.call("POST", "/discover", {})
+        assert status == 413 and "8 captured texts; this service clusters at most 5" in answer["error"], answer
+        status, answer = capturing.call("POST", "/discover", {"n_new": 1})  # its own --capture bounds it
+        assert status == 200 and answer["source"] == "captures" and len(answer["assignments"]) == 8
+    finally:
+        capturing.stop()
+        other.stop()
+
+
 def test_max_adapt_s_must_be_positive(fitted, tmp_path):
     import subprocess
     import sys

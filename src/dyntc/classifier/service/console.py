@@ -289,7 +289,7 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
         return {"rows": rows, "total": total, "capturing": inbox is not None,
                 "policy": inbox.policy if inbox is not None else None, "labels": clf.classes_.tolist(),
                 "can_discover": hasattr(DynamicClassifier, "discover"), "can_adapt": _can_adapt(clf),
-                "max_adapt_min": service.limits.max_adapt_s / 60,
+                "max_adapt_min": math.floor(service.limits.max_adapt_s / 60 * 100) / 100,  # never above the limit
                 "can_suggest": hasattr(DynamicClassifier, "suggest"), **pages}
 
     app.add_api_route("/", labels_page, methods=["GET"], include_in_schema=False)
@@ -304,10 +304,8 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
 
 def _can_adapt(clf) -> bool:
     """Whether a discovery may adapt `clf`'s backbone first (a pretrained one; not hashing or GloVe)."""
-    try:
-        from dyntc.classifier.discovery_tuning import check_adaptable
-    except ImportError:  # a dyntc without adapted discovery
-        return False
+    from dyntc.classifier.discovery_tuning import check_adaptable
+
     try:
         check_adaptable(clf)
     except DyntcError:

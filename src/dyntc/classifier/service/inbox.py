@@ -202,9 +202,13 @@ def router(service, inbox: Inbox | None, hooks) -> APIRouter:
         def discover(req: Discover, request: Request):
             texts = req.texts
             source = "captures" if texts is None else "texts"
-            if texts is None:  # bounded by --capture, not by what one request may post
+            if texts is None:  # as many as --capture keeps (another replica may capture), else --max-examples
                 token_only(request)
                 texts = log.texts()
+                bound = max(limits.max_examples, inbox.policy.capture if inbox is not None else 0)
+                if len(texts) > bound:
+                    raise HTTPException(413, f"{len(texts):,} captured texts; this service clusters at most {bound:,} "
+                                             "(--capture, --max-examples): dismiss some, or post the texts to cluster")
                 chars = sum(map(len, texts))
             elif len(texts) > limits.max_examples:
                 raise HTTPException(413, f"{len(texts):,} texts to cluster; this service takes at most "
@@ -232,7 +236,15 @@ def router(service, inbox: Inbox | None, hooks) -> APIRouter:
                 raise HTTPException(409, str(exc)) from None
             return JSONResponse(job.to_dict(), status_code=202, headers={"Location": job.url})
 
-        @api.get("/discover/jobs/{job_id}", dependencies=[Depends(writer)])
+        def job_reader(request: Request) -> None:
+            """What started a job reads it: the write token where there is one (a GET: no body type)."""
+            if access.write_token is None:
+                reader(request)
+            elif not hooks.holds(request, access.write_token):
+                raise HTTPError(401, "a discovery job is read with the token that started it: "
+                                     "send 'Authorization: Bearer <token>'")
+
+        @api.get("/discover/jobs/{job_id}", dependencies=[Depends(job_reader)])
         def discover_job(job_id: str, request: Request) -> dict:
             job = jobs.get(job_id)
             if job is None:

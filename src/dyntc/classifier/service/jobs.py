@@ -1,5 +1,5 @@
 """Background jobs of ``dyntc serve``: work of minutes that one request starts and later requests
-read, so that no client holds a connection open for minutes and no request timeout cuts the work.
+read, so that no client holds a connection open for minutes.
 Today one kind: a discovery that first adapts the backbone (``POST /discover`` with ``adapt_s``).
 
 - **One at a time.** A job trains on the cores the service embeds with; a second one is refused

@@ -2,7 +2,7 @@
    The token is kept in this tab's sessionStorage only: never in a URL or a cookie. */
 (function () {
   'use strict';
-  var KEY = 'dyntc-token', FLASH = 'dyntc-flash';
+  var KEY = 'dyntc-token', FLASH = 'dyntc-flash', JOB = 'dyntc-discovery-job';
   var body = document.body;
 
   function token() { return sessionStorage.getItem(KEY); }
@@ -240,14 +240,36 @@
     return node;
   }
 
-  /* A discovery that adapts the model first is a job of minutes: read it until it ends. */
+  /* A discovery that adapts the model first is a job of minutes: read it until it ends, while the
+     inbox is shown (its url kept in this tab, so that coming back to the inbox picks it up again). */
   function finished(job) {
+    if (!$('clusters')) { return null; }
+    if (job.status !== 'running') { sessionStorage.removeItem(JOB); }
     if (job.status === 'done') { return job.result; }
     if (job.status === 'failed') { throw new Error('The discovery failed: ' + job.error); }
+    sessionStorage.setItem(JOB, job.url);
     showStatus('Adapting the model to the captured texts, then grouping them… ' + Math.round(job.seconds) + ' s so far.');
     return new Promise(function (resolve) { setTimeout(resolve, 2000); }).then(function () {
-      return api('GET', job.url);
-    }).then(finished);
+      return $('clusters') ? api('GET', job.url) : null;
+    }).then(function (next) { return next && finished(next); });
+  }
+
+  function showClusters(data) {
+    var box = $('clusters');
+    if (!data || !box) { return; }
+    showStatus('');
+    box.textContent = '';
+    var clusters = data.clusters || [];
+    if (!clusters.length) { box.appendChild(el('p', 'No cluster found in the captured texts.')); }
+    clusters.forEach(function (c, i) { box.appendChild(clusterForm(c, i)); });
+  }
+
+  function resumeJob() {
+    var url = sessionStorage.getItem(JOB);
+    if (!url || !$('clusters')) { return; }
+    api('GET', url).then(finished).then(showClusters).catch(function (e) {
+      sessionStorage.removeItem(JOB); showStatus(''); showError(e.message);
+    });
   }
 
   function discover(form) {
@@ -259,14 +281,7 @@
       : 'Clustering the captured texts…');
     api('POST', '/discover', payload).then(function (data) {
       return data && data.job ? finished(data) : data;
-    }).then(function (data) {
-      showStatus('');
-      var box = $('clusters');
-      box.textContent = '';
-      var clusters = data.clusters || [];
-      if (!clusters.length) { box.appendChild(el('p', 'No cluster found in the captured texts.')); }
-      clusters.forEach(function (c, i) { box.appendChild(clusterForm(c, i)); });
-    }).catch(function (e) { showStatus(''); showError(e.message); });
+    }).then(showClusters).catch(function (e) { showStatus(''); showError(e.message); });
   }
 
   function clusterForm(c, i) {
@@ -392,7 +407,7 @@
     });
   }
 
-  function wire(root) { setSignedIn(); }
+  function wire(root) { setSignedIn(); resumeJob(); }
 
   function signIn(event) {
     event.preventDefault();
