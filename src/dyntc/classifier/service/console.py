@@ -1,7 +1,7 @@
 """The label console of ``dyntc serve``: pages for people who own a label set but do not write code.
 
-Server-rendered HTML (Jinja2 templates in ``templates/``) and one small script (``static/console.js``),
-shipped in the package: no CDN, no build step, works offline. ``/`` is the labels table; the other
+Server-rendered HTML (Jinja2 templates in ``templates/``) and two small scripts (``static/console.js``;
+the inbox's ``static/inbox.js``), shipped in the package: no CDN, no build step, works offline. ``/`` is the labels table; the other
 pages are under ``/console/``. The JSON API is unchanged; the console adds the few reads and writes
 it needs (a label's examples, removing examples, the difference between two versions) and serves the
 OpenAPI page at ``/docs`` from local files (those of the ``fastapi-offline`` package; without it
