@@ -40,6 +40,15 @@ def clinc_raw(data_dir) -> dict:
 
 
 @pytest.fixture(scope="session")
+def clinc_intents(clinc_raw) -> dict[str, list[str]]:
+    """CLINC150's training texts by intent, in the file's order."""
+    groups: dict[str, list[str]] = {}
+    for text, label in clinc_raw["train"]:
+        groups.setdefault(label, []).append(text)
+    return groups
+
+
+@pytest.fixture(scope="session")
 def sent(data_dir):
     from dyntc.protocol.data.datasets import load
 

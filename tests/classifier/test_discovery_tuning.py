@@ -79,18 +79,15 @@ NEW = ["book_hotel", "translate"]
 
 
 @pytest.mark.data
-def test_minilm_adapted_discovery_finds_the_new_intents_and_leaves_the_classifier_alone(clinc_raw, monkeypatch):
+def test_minilm_adapted_discovery_finds_the_new_intents_and_leaves_the_classifier_alone(clinc_intents, monkeypatch):
     pytest.importorskip("sentence_transformers")
     # a fixed number of steps, so that the outcome does not depend on the machine's speed
     monkeypatch.setattr(dt, "train", functools.partial(dt.train, max_steps=8))
     from sklearn.metrics import normalized_mutual_info_score
 
-    groups: dict[str, list[str]] = {}
-    for text, label in clinc_raw["train"]:
-        groups.setdefault(label, []).append(text)
-    clf = DynamicClassifier(head=None).fit([t for y in KNOWN for t in groups[y][:8]],
+    clf = DynamicClassifier(head=None).fit([t for y in KNOWN for t in clinc_intents[y][:8]],
                                            [y for y in KNOWN for _ in range(8)])
-    texts = [t for y in KNOWN + NEW for t in groups[y][8:48]]
+    texts = [t for y in KNOWN + NEW for t in clinc_intents[y][8:48]]
     truth = [y for y in KNOWN + NEW for _ in range(40)]
     before = clf.encode(texts[:5])
     found = clf.discover(texts, 2, adapt_s=120, seed=0)

@@ -224,16 +224,14 @@ def test_accept_a_proposed_cluster(page, server):
 
 
 @pytest.mark.data
-def test_propose_labels_after_adapting_the_model_to_the_captured_texts(browser, clinc_raw, tmp_path):
+def test_propose_labels_after_adapting_the_model_to_the_captured_texts(browser, clinc_intents, tmp_path):
     """MiniLM, whose backbone a discovery may adapt: the console starts the job, follows it, and
     shows the clusters it found; accepting one is a label."""
     pytest.importorskip("sentence_transformers")
     known, new = ["alarm", "balance", "timer", "weather"], ["book_hotel", "translate"]
-    groups: dict[str, list[str]] = {}
-    for text, label in clinc_raw["train"]:
-        groups.setdefault(label, []).append(text)
-    clf = DynamicClassifier(head=None).fit([t for y in known for t in groups[y][:8]], [y for y in known for _ in range(8)])
-    texts = [t for y in known + new for t in groups[y][8:28]]
+    clf = DynamicClassifier(head=None).fit([t for y in known for t in clinc_intents[y][:8]],
+                                           [y for y in known for _ in range(8)])
+    texts = [t for y in known + new for t in clinc_intents[y][8:28]]
     with Server.serving(clf, tmp_path, max_batch=64, args=["--capture", "500", "--capture-margin", "1"]) as srv:
         for i in range(0, len(texts), 64):
             assert srv.call("POST", "/predict", {"texts": texts[i:i + 64]})[0] == 200

@@ -124,14 +124,11 @@ NEW = ["book_hotel", "translate"]
 
 
 @pytest.mark.data
-def test_an_adapted_discovery_over_http_is_a_job_whose_clusters_can_be_accepted(clinc_raw, tmp_path):
+def test_an_adapted_discovery_over_http_is_a_job_whose_clusters_can_be_accepted(clinc_intents, tmp_path):
     pytest.importorskip("sentence_transformers")
-    groups: dict[str, list[str]] = {}
-    for text, label in clinc_raw["train"]:
-        groups.setdefault(label, []).append(text)
-    clf = DynamicClassifier(head=None).fit([t for y in KNOWN for t in groups[y][:8]],
+    clf = DynamicClassifier(head=None).fit([t for y in KNOWN for t in clinc_intents[y][:8]],
                                            [y for y in KNOWN for _ in range(8)])
-    texts = [t for y in KNOWN + NEW for t in groups[y][8:38]]
+    texts = [t for y in KNOWN + NEW for t in clinc_intents[y][8:38]]
     with Server.serving(clf, tmp_path, args=["--max-adapt-s", "5"]) as srv:
         status, job = srv.call("POST", "/discover", {"texts": texts, "n_new": 2, "adapt_s": 3})
         assert status == 202 and job["status"] == "running" and job["url"] == f"/discover/jobs/{job['job']}"
