@@ -248,7 +248,7 @@ def router(service, inbox: Inbox | None, hooks) -> APIRouter:
         def discover_job(job_id: str, request: Request) -> dict:
             job = jobs.get(job_id)
             if job is None:
-                raise HTTPError(404, f"no discovery job {job_id!r} here: a job lives in the service process "
+                raise HTTPError(404, f"no discovery job {job_id[:64]!r} here: a job lives in the service process "
                                          f"that started it, for {jobs.keep_s / 60:g} minutes after it ends")
             if job.source == "captures":
                 token_only(request)
