@@ -118,6 +118,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="the generalized scenario's partition")
     ap.add_argument("--tune", type=float, default=0.0, help="generalized: seconds of DynamicClassifier.tune_saved (0: none)")
     args = ap.parse_args()
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be an integer >= 0, got {args.seed}")
     if not args.tune >= 0:
         raise SystemExit(f"--tune must be a number of seconds >= 0 (0: no tune), got {args.tune}")
     if args.tune and args.scenario != "generalized":
@@ -127,6 +129,7 @@ def main() -> None:
 
     from bench._intents_data import load_data
     from bench.backbone import header
+    from bench.intents import NEW_SHOTS
 
     header(SimpleNamespace(threads=torch.get_num_threads()))
     data = load_data("clinc150")
@@ -145,7 +148,7 @@ def main() -> None:
         s_in, s_out = score(test.texts), score(oos.texts)
         rows.append((name, [auroc(s_in[m], s_out) for m in groups.values()]))
     what = ("fitted on all training texts" if args.scenario == "full" else
-            f"generalized scenario, seed {args.seed}: {len(new)} intents added with 5 examples"
+            f"generalized scenario, seed {args.seed}: {len(new)} intents added with {NEW_SHOTS} examples"
             + (f", then tuned for {args.tune:g} s" if args.tune else ""))
     print(f"CLINC150, {what}; test {len(test.texts)} in scope ({int(is_new.sum())} of new intents), "
           f"{len(oos.texts)} out of scope")

@@ -30,8 +30,8 @@ class JobConflict(Exception):
     """A job is running; its id is ``running``."""
 
     def __init__(self, running: "Job"):
-        super().__init__(f"a {running.kind} job is running (GET /{running.kind}/jobs/{running.id}): one runs at a "
-                         "time; start this one when it has finished")
+        super().__init__(f"a {running.kind} job is running (GET {running.url}): one runs at a time; start this "
+                         "one when it has finished")
         self.running = running
 
 
