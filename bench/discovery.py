@@ -13,13 +13,15 @@ are the clustering; ``refresh()`` before ``predict`` trains the cosine head on t
 its background refresh does about a second after ``accept`` (without it the new labels are scored by
 their imprinted prototypes). ``--adapt-s SECONDS`` adds ``ours:adapted``: the same with ``n_new`` given and
 ``discover(..., adapt_s=SECONDS)`` (a copy of the backbone's top layers fine-tuned on the texts first,
-classifier/discovery_tuning.py). Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means
+classifier/discovery_tuning.py). ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
+encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
+split instead of the test split, to compare settings without looking at the test split. Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means
 with the true number of intents on all training texts, test texts assigned to the nearest centre),
 ``agglo`` (Ward agglomerative clustering of the test texts), ``seeded`` (spherical k-means seeded with
 the known labels' prototypes, labelled texts fixed; no metric adaptation), ``metric`` (discover's
-own clustering with ``n_new`` given, the test texts assigned to its centres in the adapted metric
-rather than by the product's ``predict`` over the raw embeddings: what predicting in that metric
-would add; not through the product). Time: seconds of
+own clustering with ``n_new`` given, the test texts assigned to its centres in its space, the words'
+vectors included, rather than by the product's ``predict`` over the raw embeddings: what predicting
+in that space would add; not through the product). Time: seconds of
 fit + discover + accept + predict with the embeddings already in the product's memory cache (the
 first line per dataset says how long embedding every text took, from the disk cache or not).
 
@@ -36,6 +38,7 @@ new clusters holding at least the mean cluster size) on the same points; each es
 error against the true number.
 
     DYNTC_DATA=../shared/datasets python -m bench.discovery [--mode fast] [--datasets mcid,stackoverflow] [--adapt-s 360]
+    DYNTC_DATA=../shared/datasets python -m bench.discovery --split dev --words-weight 0 --no-baselines
     DYNTC_DATA=../shared/datasets python -m bench.discovery --suggestions
     DYNTC_DATA=../shared/datasets python -m bench.discovery --estimates
 """
@@ -141,12 +144,14 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
     return sorted(known), (lab_texts, [train_labels[i] for i in sorted(lab)]), unlabelled
 
 
-def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None):
+def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None,
+                words_weight: float | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
     clf = DynamicClassifier(seed=seed, head=HEAD).fit(*labelled)
-    found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s)
+    found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
+                         **({} if words_weight is None else {"words_weight": words_weight}))
     clf.accept(found, add_examples=ADD_EXAMPLES)
     if HEAD is not None:  # the head as the service has it a second after accept (its background refresh)
         clf.refresh()
@@ -154,11 +159,12 @@ def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, a
     return pred, found, time.perf_counter() - start
 
 
-def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new: int, seed: int) -> dict:
+def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new: int, seed: int,
+              words_weight: float | None = None) -> dict:
     from sklearn.cluster import AgglomerativeClustering, KMeans
 
     from dyntc.classifier import clustering as cl
-    from dyntc.classifier.discovery import MODE_SETTINGS, SHRINK
+    from dyntc.classifier.discovery import MODE_SETTINGS, SHRINK, WORDS_WEIGHT
 
     train_x = cl.unit(clf_encode(labelled[0] + unlabelled))
     test_x = cl.unit(clf_encode(test_texts))
@@ -170,8 +176,14 @@ def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new:
     ky = np.array([known.index(y) for y in labelled[1]])
     _, centres, _ = cl.seeded_kmeans(train_x[len(ky):], train_x[:len(ky)], ky, len(known), n_new, seed=seed)
     out["seeded"] = (test_x @ centres.T).argmax(1).tolist()
-    # discover's own clustering (the same metric, seeding and restarts), the test texts assigned to its
-    # centres in the adapted metric instead of by the product's predict over the raw embeddings
+    # discover's own clustering (the same words, metric, seeding and restarts), the test texts assigned to
+    # its centres in that space instead of by the product's predict over the raw embeddings; the words'
+    # vectors fitted on the training and test texts together (no label is used)
+    weight = WORDS_WEIGHT if words_weight is None else words_weight
+    lexical = cl.lexical(labelled[0] + unlabelled + list(test_texts), seed=seed) if weight else None
+    if lexical is not None:
+        train_x = cl.joined(train_x, lexical[:len(train_x)], weight)
+        test_x = cl.joined(test_x, lexical[len(train_x):], weight)
     w = cl.adapt_metric(train_x[:len(ky)], ky, SHRINK)
     lab_w, unl_w = cl.unit(train_x[:len(ky)] @ w), cl.unit(train_x[len(ky):] @ w)
     _, centres, _ = cl.seeded_kmeans(unl_w, lab_w, ky, len(known), n_new, seed=seed,
@@ -200,22 +212,23 @@ def run_discovery(args) -> list[dict]:
         data = load(name)
         n_total = len(set(data.train.labels))
         start = time.perf_counter()  # every text once, through the product's encoder: later calls hit its memory cache
-        encode(list(dict.fromkeys(data.train.texts + data.test.texts)))
-        print(f"{name}: embeddings of {len(data.train) + len(data.test)} texts ready in "
+        evaluated = data.dev if args.split == "dev" else data.test
+        encode(list(dict.fromkeys(data.train.texts + evaluated.texts)))
+        print(f"{name}: embeddings of {len(data.train) + len(evaluated)} texts ready in "
               f"{time.perf_counter() - start:.0f} s", flush=True)
         for kcr in args.kcr:
             for seed in args.seeds:
                 known, labelled, unlabelled = protocol_split(data.train.texts, data.train.labels, kcr, seed)
                 n_new = n_total - len(known)
                 row = {"dataset": name, "kcr": kcr, "seed": seed, "n_new": n_new, "known": len(known),
-                       "labelled": len(labelled[0]), "unlabelled": len(unlabelled), "test": len(data.test)}
+                       "labelled": len(labelled[0]), "unlabelled": len(unlabelled), "test": len(evaluated)}
                 runs = [("ours", n_new, None), ("ours:est", None, None)]
                 if args.adapt_s is not None:
                     runs.append(("ours:adapted", n_new, args.adapt_s))
                 for tag, given, adapt_s in runs:
-                    pred, found, seconds = run_product(labelled, unlabelled, data.test.texts, given, args.mode, seed,
-                                                       adapt_s)
-                    row[tag] = {"scores": scores(data.test.labels, pred), "seconds": seconds,
+                    pred, found, seconds = run_product(labelled, unlabelled, evaluated.texts, given, args.mode, seed,
+                                                       adapt_s, args.words_weight)
+                    row[tag] = {"scores": scores(evaluated.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
                                 "discover_seconds": found.seconds}
                     if adapt_s is not None:
@@ -225,9 +238,9 @@ def run_discovery(args) -> list[dict]:
                         print(f"{name} kcr={kcr} seed={seed}: adapted {fmt(row[tag]['scores'])} ({seconds:.0f}s, "
                               f"{found.settings['adapt_steps']} steps in {found.settings['adapt_train_s']} s)", flush=True)
                 if not args.no_baselines:
-                    for tag, pred in baselines(encode, unlabelled, labelled, data.test.texts, n_total, n_new,
-                                               seed).items():
-                        row[tag] = {"scores": scores(data.test.labels, pred)}
+                    for tag, pred in baselines(encode, unlabelled, labelled, evaluated.texts, n_total, n_new,
+                                               seed, args.words_weight).items():
+                        row[tag] = {"scores": scores(evaluated.labels, pred)}
                 rows.append(row)
                 est = row["ours:est"]
                 print(f"{name} kcr={kcr} seed={seed}: ours {fmt(row['ours']['scores'])} "
@@ -422,6 +435,10 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--adapt-s", type=float, default=None,
                         help="also run discover(..., adapt_s=SECONDS) with n_new given: the row ours:adapted")
+    parser.add_argument("--words-weight", type=float, default=None,
+                        help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
+    parser.add_argument("--split", default="test", choices=("test", "dev"),
+                        help="the split clustered by predict: dev to compare settings without the test split")
     parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
     parser.add_argument("--estimates", action="store_true", help="only the estimated number of new intents")
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
@@ -441,7 +458,8 @@ def main() -> None:
     args.kcr = [float(k) for k in args.kcr.split(",")]
     args.seeds = [int(s) for s in args.seeds.split(",")]
     header = (f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, CPU {cpu_name()} "
-              f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}, adapt_s {args.adapt_s}")
+              f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}, adapt_s {args.adapt_s}, "
+              f"words_weight {'default' if args.words_weight is None else args.words_weight}, split {args.split}")
     print(header, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     if args.suggestions:
@@ -458,7 +476,9 @@ def main() -> None:
         text = table(rows)
         kcrs = "-".join(f"{k:g}" for k in args.kcr)
         adapted = "" if args.adapt_s is None else f"-adapt{args.adapt_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
-        path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}.json"
+        variant = ("" if args.words_weight is None else f"-words{args.words_weight:g}") + (
+            "" if args.split == "test" else f"-{args.split}")
+        path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}{variant}.json"
     path.write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     print(header)
     print(text)

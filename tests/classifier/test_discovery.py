@@ -128,6 +128,9 @@ def test_bad_options(clf):
         clf.discover(_texts(), max_new=0)
     with pytest.raises(DyntcError, match="min_cluster_size must be an integer >= 1"):
         clf.discover(_texts(), min_cluster_size=0)
+    for weight in (-0.1, 10.5, float("nan"), "0.3", True, None):
+        with pytest.raises(DyntcError, match="words_weight must be a number from 0"):
+            clf.discover(_texts(), words_weight=weight)
     found = clf.discover(_texts(), n_new=2)
     with pytest.raises(DyntcError, match="no cluster named 'nope'"):
         clf.copy().accept(found, ["nope"])
@@ -135,6 +138,37 @@ def test_bad_options(clf):
         clf.copy().accept(found, [7])
     with pytest.raises(DyntcError, match="the Discovery returned by discover"):
         clf.copy().accept({"clusters": []})
+
+
+def test_lexical_vectors_of_two_vocabularies():
+    from dyntc.classifier import clustering as cl
+
+    x = cl.lexical(MUSIC[:3] + TRANSLATE[:3])
+    assert x.shape[0] == 6 and np.allclose(np.linalg.norm(x, axis=1), 1, atol=1e-5)
+    sims = x @ x.T
+    assert sims[:3, :3].min() > 0.9 and sims[3:, 3:].min() > 0.9 and np.abs(sims[:3, 3:]).max() < 0.1
+    assert cl.lexical(["alpha beta", "gamma delta"]) is None  # no word in two texts
+    assert cl.lexical(["alpha beta", "alpha delta"]) is None  # one word: no direction besides it
+
+
+def test_joined_cosine_is_the_weighted_mix():
+    from dyntc.classifier import clustering as cl
+
+    rng = np.random.default_rng(0)
+    p, w = cl.unit(rng.normal(size=(5, 8))), cl.unit(rng.normal(size=(5, 3)))
+    j = cl.joined(p, w, 0.3)
+    assert np.allclose(j @ j.T, (p @ p.T + 0.09 * (w @ w.T)) / 1.09, atol=1e-6)
+
+
+def test_words_separate_texts_the_encoder_cannot(clf, monkeypatch):
+    # an encoder blind to the new texts (every one at the same point): only their words tell the two groups apart
+    same = clf.space_.embed(MUSIC[:1])
+    monkeypatch.setattr(type(clf.space_), "embed", lambda self, texts, *args: same.repeat(len(texts), 1))
+    texts = MUSIC + TRANSLATE
+    found = clf.discover(texts, n_new=2)
+    assert sorted(sorted(c.texts) for c in found.clusters) == sorted([sorted(MUSIC), sorted(TRANSLATE)])
+    blind = clf.discover(texts, n_new=2, words_weight=0)
+    assert blind.settings["words_weight"] == 0 and max(c.size for c in blind.clusters) == 12
 
 
 def test_fast_mode_same_answer_on_the_toy(clf):

@@ -6,6 +6,7 @@ import pytest
 
 from _cli import run_cli
 from dyntc import DynamicClassifier
+from dyntc.classifier.discovery import WORDS_WEIGHT
 from tests._toy import toy_classifier
 from tests.classifier.test_discovery import KNOWN, MUSIC, TRANSLATE
 
@@ -33,6 +34,9 @@ def test_discover_human_json_and_no_write(model):
     code, out, _ = cli("discover", path, "--data", texts, "--n-new", "2", "--json")
     d = json.loads(out)
     assert d["accepted"] is None and len(d["clusters"]) == 2 and d["counts"]["new"] == 12
+    assert d["settings"]["words_weight"] == WORDS_WEIGHT > 0
+    code, out, _ = cli("discover", path, "--data", texts, "--n-new", "2", "--words-weight", "0", "--json")
+    assert code == 0 and json.loads(out)["settings"]["words_weight"] == 0
     assert len(DynamicClassifier.versions(path)) == versions  # nothing written without --accept
 
 
@@ -52,6 +56,7 @@ def test_discover_accept_writes_one_version(model):
     (["--n-new", "2", "--accept", "3"], "cluster numbers run from 1 to 2"),
     (["--n-new", "2", "--accept", "x"], "--accept takes 'all' or cluster numbers"),
     (["--mode", "slow"], "mode must be one of default, fast"),
+    (["--words-weight", "-1"], "words_weight must be a number from 0"),
     (["--adapt-s", "0"], "adapt_s must be a finite number of seconds > 0"),
     (["--n-new", "2", "--adapt-s", "5", "--accept", "all"], "adapt_s fine-tunes a pretrained backbone"),
 ])

@@ -4,6 +4,9 @@
   directions in which texts of one label differ (within-label scatter, shrunk towards the identity)
   and applies it to every point: wording that does not change the intent weighs less, for new
   intents as for known ones (a closed form; nothing is trained).
+* :func:`lexical` adds the texts' words: latent semantic vectors (TF-IDF, truncated SVD) fitted on the
+  texts being clustered, to be joined to the encoder's points at a small weight; a product name or an
+  error code that the sentence encoder blurs separates two intents by itself.
 * :func:`seeded_kmeans` is semi-supervised spherical k-means: one centroid per known label, seeded
   at its prototype and holding its labelled points, plus ``n_new`` centroids seeded by k-means++
   among the unlabelled points far from every known prototype; unlabelled points move freely.
@@ -62,6 +65,28 @@ def adapt_metric(known: np.ndarray, known_y: np.ndarray, shrink: float = 0.5) ->
     scatter = (1 - shrink) * scatter + shrink * np.eye(d)
     values, vectors = np.linalg.eigh(scatter.astype(np.float64))
     return (vectors @ np.diag(values.clip(1e-6) ** -0.5) @ vectors.T).astype(np.float32)
+
+
+def lexical(texts: Sequence[str], dims: int = 256, seed: int | None = 0) -> np.ndarray | None:
+    """``(n, k)`` unit latent-semantic vectors of `texts`: sublinear TF-IDF over :func:`words` found in
+    at least two of them, reduced to ``k = min(dims, vocabulary - 1, n - 1)`` dimensions by truncated
+    SVD (seeded). None when fewer than two such words exist (nothing to add)."""
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    try:
+        counts = TfidfVectorizer(analyzer=words, sublinear_tf=True, min_df=2, dtype=np.float32).fit_transform(texts)
+    except ValueError:  # no word in two texts
+        return None
+    k = min(dims, counts.shape[1] - 1, len(texts) - 1)
+    if k < 1:
+        return None
+    return unit(TruncatedSVD(k, random_state=seed).fit_transform(counts))
+
+
+def joined(points: np.ndarray, words_: np.ndarray, weight: float) -> np.ndarray:
+    """Unit rows of ``[points, weight · words_]`` (both unit rows): cosine becomes a weighted mix."""
+    return unit(np.hstack([unit(points), weight * words_]))
 
 
 # ---------------------------------------------------------------------------------------- clustering

@@ -8,6 +8,10 @@ are :func:`discover_for` / :func:`accept`.
 
 How (the measurements behind each step are in docs/discovery.md):
 
+0. **Words.** Each point is joined to its text's latent-semantic vector (TF-IDF over the texts and
+   the support examples, truncated SVD; :func:`~dyntc.classifier.clustering.lexical`) at weight
+   :data:`WORDS_WEIGHT` (``words_weight``): a product name or an error code the sentence encoder
+   blurs still separates two intents. On StackOverflow it lifts the protocol's scores by 3-8 points.
 1. **Metric.** The support examples already say which wording differences do not change an intent:
    the points are mapped by the inverse square root of the support's within-label scatter (shrunk
    towards the identity; :func:`~dyntc.classifier.clustering.adapt_metric`). On frozen MiniLM this
@@ -52,6 +56,7 @@ MODES = ("default", "fast")
 MODE_SETTINGS = {"default": {"n_init": 3}, "fast": {"n_init": 1}}
 MIN_CLUSTER_SIZE = 3
 SHRINK = 0.5  # of the within-label scatter towards the identity (adapt_metric)
+WORDS_WEIGHT = 0.3  # of the texts' latent-semantic vectors beside the encoder's unit points (clustering.lexical)
 CENTRAL_TEXTS = 5
 
 
@@ -189,12 +194,16 @@ def unique_name(base: str, taken: set[str]) -> str:
 
 
 def check_options(labels: LabelSet, texts: Sequence[str], n_new: int | None = None, *, max_new: int | None = None,
-                  min_cluster_size: int = MIN_CLUSTER_SIZE, mode: str = "default",
-                  seed: int | None = 0) -> tuple[list[str], int | None, dict]:
+                  min_cluster_size: int = MIN_CLUSTER_SIZE, mode: str = "default", seed: int | None = 0,
+                  words_weight: float = WORDS_WEIGHT) -> tuple[list[str], int | None, dict]:
     """:func:`discover`'s arguments checked, nothing embedded: (texts, n_new, settings), the
-    settings holding the mode's, ``min_cluster_size``, ``seed`` and ``max_new`` (its default filled in)."""
+    settings holding the mode's, ``min_cluster_size``, ``seed``, ``words_weight`` and ``max_new``
+    (its default filled in)."""
     if mode not in MODES:
         raise DyntcError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if isinstance(words_weight, bool) or not isinstance(words_weight, (int, float)) or not 0 <= words_weight <= 10:
+        raise DyntcError(f"words_weight must be a number from 0 (the encoder's points alone) to 10, "
+                         f"got {words_weight!r}")
     min_cluster_size = _check_int(min_cluster_size, "min_cluster_size", 1)
     seed = check_seed(seed)
     texts = check_texts(texts, 2 * min_cluster_size)
@@ -207,32 +216,39 @@ def check_options(labels: LabelSet, texts: Sequence[str], n_new: int | None = No
     else:
         max_new = _check_int(max_new, "max_new", 1, limit, why)
     return texts, n_new, {"mode": mode, "min_cluster_size": min_cluster_size, "seed": seed, "shrink": SHRINK,
-                          **MODE_SETTINGS[mode], "max_new": max_new}
+                          "words_weight": float(words_weight), **MODE_SETTINGS[mode], "max_new": max_new}
 
 
 def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new: int | None = None, *,
              max_new: int | None = None, min_cluster_size: int = MIN_CLUSTER_SIZE, mode: str = "default",
-             seed: int = 0, adapt: Callable[[list[str], np.ndarray, int, int], Adapted] | None = None) -> Discovery:
+             seed: int = 0, words_weight: float = WORDS_WEIGHT,
+             adapt: Callable[[list[str], np.ndarray, int, int, float], Adapted] | None = None) -> Discovery:
     """Cluster `texts` (their `points` in the label set's space) into the labels of `labels` and new
     clusters; see the module docstring. `n_new` new clusters (None: estimated, at most `max_new`).
-    `adapt` (``(support texts, their known-cluster ids, number of clusters, seed) -> Adapted``): called once the options
-    are checked, its points of the texts and of the support replace theirs in the clustering (a
+    `words_weight`: of the texts' latent-semantic vectors beside the points (0: the points alone).
+    `adapt` (``(support texts, their known-cluster ids, number of clusters, seed, words_weight) -> Adapted``): called
+    once the options are checked, its points of the texts and of the support replace theirs in the clustering (a
     backbone fine-tuned on them, ``discovery_tuning.py``)."""
     start = time.perf_counter()
     texts, n_new, settings = check_options(labels, texts, n_new, max_new=max_new, min_cluster_size=min_cluster_size,
-                                           mode=mode, seed=seed)
+                                           mode=mode, seed=seed, words_weight=words_weight)
     if len(points) != len(texts):
         raise DyntcError(f"{len(texts)} texts but {len(points)} points")
     known, known_y, owners = _known(labels)
     min_cluster_size, seed, max_new = settings["min_cluster_size"], settings["seed"], settings["max_new"]
+    words_weight = settings["words_weight"]
 
     directions = _directions(points, labels.space.metric)
+    support_texts = [t for _, support in labels.items() for t in support.texts]  # _known's order
     if adapt is not None:
-        support_texts = [t for _, support in labels.items() for t in support.texts]  # _known's order
         adapted = adapt(support_texts, known_y, len(owners) + (max_new if n_new is None else n_new),
-                        int(np.random.default_rng().integers(2**31)) if seed is None else seed)
+                        int(np.random.default_rng().integers(2**31)) if seed is None else seed, words_weight)
         directions, known = adapted.texts, adapted.support
         settings.update(adapt_steps=adapted.steps, adapt_train_s=round(adapted.train_seconds, 1))
+    lexical = cl.lexical(list(texts) + support_texts, seed=seed) if words_weight else None
+    if lexical is not None:
+        directions = cl.joined(directions, lexical[:len(texts)], words_weight)
+        known = cl.joined(known, lexical[len(texts):], words_weight)
     w = cl.adapt_metric(known, known_y, SHRINK)
     x, kx = cl.unit(directions @ w), cl.unit(known @ w)
     sizes: list[int] = []
@@ -297,8 +313,9 @@ def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s
     texts = check_discover(clf, texts, n_new, adapt_s=adapt_s, **options)  # before minutes of embedding or training
     adapt = None
     if adapt_s is not None:
-        def adapt_backbone(support_texts, support_y, n_clusters, seed):
-            return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, float(adapt_s), seed, SHRINK)
+        def adapt_backbone(support_texts, support_y, n_clusters, seed, words_weight):
+            return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, float(adapt_s), seed, SHRINK,
+                                          words_weight)
         adapt = adapt_backbone
     found = discover(clf.labels_, texts, clf.space_.embed(texts), n_new, adapt=adapt, **{"seed": clf.seed, **options})
     found.settings["adapt_s"] = adapt_s

@@ -9,7 +9,8 @@ runs two layers. The classifier itself is not changed: the tuned copy only place
 clustering, and is dropped after it.
 
 1. **Neighbours.** Every text's nearest texts (the labelled support included) by the untrained
-   backbone, in discover's adapted metric (``clustering.adapt_metric``); fixed. As many as
+   backbone joined to the texts' words (``clustering.lexical``), in discover's adapted metric
+   (``clustering.adapt_metric``); fixed. As many as
    :data:`NEIGHBOURS`, and at most a quarter of the mean cluster size (texts over the known and new
    clusters), so that on few texts a text's neighbours are not half of all of them.
 2. **Training**, for `budget_s` seconds of Adam steps, each the sum of two supervised contrastive
@@ -138,11 +139,11 @@ def neighbour_count(n_texts: int, n_clusters: int) -> int:
 
 
 def adapt(clf, texts: Sequence[str], support_texts: Sequence[str], support_y: np.ndarray, n_clusters: int,
-          budget_s: float, seed: int, shrink: float) -> Adapted:
+          budget_s: float, seed: int, shrink: float, words_weight: float = 0.0) -> Adapted:
     """Fine-tune a copy of `clf`'s backbone on `texts` and the labelled `support_texts` (their
     known-cluster ids `support_y`) for `budget_s` seconds of training, the neighbours taken in the
-    metric ``adapt_metric(..., shrink)`` (`n_clusters`: known and new, for their number); see the
-    module docstring."""
+    metric ``adapt_metric(..., shrink)`` over the points joined to the texts' latent-semantic
+    vectors at `words_weight` (`n_clusters`: known and new, for their number); see the module docstring."""
     from dyntc.classifier.tuning import tunable_network
 
     start = time.perf_counter()
@@ -159,8 +160,10 @@ def adapt(clf, texts: Sequence[str], support_texts: Sequence[str], support_y: np
 
     x = _embed(encoder, on_device, len(unique))
     sup = np.array([where[t] for t in support_texts], dtype=np.int64)
-    w = cl.adapt_metric(x[sup], support_y, shrink)
-    nbrs = neighbours(cl.unit(x @ w), neighbour_count(len(unique), n_clusters))
+    lexical = cl.lexical(unique, seed=seed) if words_weight else None
+    near = x if lexical is None else cl.joined(x, lexical, words_weight)
+    w = cl.adapt_metric(near[sup], support_y, shrink)
+    nbrs = neighbours(cl.unit(near @ w), neighbour_count(len(unique), n_clusters))
     groups = [g for g in (sup[support_y == c] for c in np.unique(support_y)) if len(g) > 1]
     anchors = np.array([where[t] for t in dict.fromkeys(texts)], dtype=np.int64)
     steps, train_s = train(encoder, on_device, anchors, nbrs, groups, budget_s, seed)

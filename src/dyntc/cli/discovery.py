@@ -73,6 +73,9 @@ def discover(
     adapt_s: Annotated[Optional[float], typer.Option(
         help="First fine-tune a copy of the backbone's top layers on the texts for this many seconds (minutes "
              "on a CPU; better clusters on thousands of texts)")] = None,
+    words_weight: Annotated[Optional[float], typer.Option(
+        help="Weight of the texts' own words beside the encoder's points (default: the library's; "
+             "0: the encoder alone)")] = None,
     text_col: Annotated[str, typer.Option(help="Text column of a CSV/JSONL file")] = "text",
     accept: Annotated[Optional[str], typer.Option(help="Add clusters as labels, one new version: all | 1,3")] = None,
     add_examples: Annotated[bool, typer.Option(help="With --accept: texts placed in existing labels join them")] = False,
@@ -83,7 +86,8 @@ def discover(
     from dyntc.classifier import DynamicClassifier
 
     texts = _texts(data, text_col)
-    options = {"max_new": max_new, "min_cluster_size": min_cluster_size, "mode": mode, "adapt_s": adapt_s}
+    options = {"max_new": max_new, "min_cluster_size": min_cluster_size, "mode": mode, "adapt_s": adapt_s,
+               **({} if words_weight is None else {"words_weight": words_weight})}
     accepted = None
     # adapt_s trains for minutes: outside the store's write lock (a discovery made stale meanwhile is refused)
     found = DynamicClassifier.load(model).discover(texts, n_new, **options) if accept is None or adapt_s else None
