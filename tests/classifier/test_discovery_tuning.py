@@ -74,6 +74,29 @@ def test_encoder_without_a_backbone_is_refused():
     assert clf.discover(texts, 1).settings["adapt_s"] is None  # without it, the same classifier discovers
 
 
+def test_adapting_leaves_out_the_words_unless_asked(monkeypatch):
+    # the training itself stubbed (the toy has no backbone): which words_weight reaches it and the clustering
+    from dyntc.classifier.discovery import _directions
+    from tests.classifier.test_discovery import MUSIC, TRANSLATE
+
+    clf = toy_classifier(head=None)
+    seen = []
+
+    def fake_adapt(clf_, texts, support_texts, support_y, n_clusters, budget_s, seed, shrink, words_weight=0.0):
+        seen.append(words_weight)
+        metric = clf_.labels_.space.metric
+        return dt.Adapted(texts=_directions(clf_.space_.embed(texts), metric),
+                          support=_directions(clf_.space_.embed(support_texts), metric),
+                          steps=0, train_seconds=0.0, seconds=0.0)
+
+    monkeypatch.setattr(dt, "check_adaptable", lambda clf_: None)
+    monkeypatch.setattr(dt, "adapt", fake_adapt)
+    texts = MUSIC + TRANSLATE
+    assert clf.discover(texts, 2, adapt_s=5).settings["words_weight"] == 0 and seen == [0]
+    assert clf.discover(texts, 2, adapt_s=5, words_weight=0.3).settings["words_weight"] == 0.3 and seen[-1] == 0.3
+    assert clf.discover(texts, 2).settings["words_weight"] > 0 and len(seen) == 2  # no adapting: the words, no call
+
+
 KNOWN = ["alarm", "balance", "timer", "weather"]
 NEW = ["book_hotel", "translate"]
 
@@ -92,6 +115,7 @@ def test_minilm_adapted_discovery_finds_the_new_intents_and_leaves_the_classifie
     before = clf.encode(texts[:5])
     found = clf.discover(texts, 2, adapt_s=120, seed=0)
     assert found.settings["adapt_s"] == 120 and found.settings["adapt_steps"] == 8
+    assert found.settings["words_weight"] == 0  # the adapted backbone without the words, by default
     np.testing.assert_array_equal(clf.encode(texts[:5]), before)  # the served backbone was not touched
     # 8 steps on 240 texts: the new intents stay apart from the known ones
     new_clusters = []

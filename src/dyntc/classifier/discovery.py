@@ -57,6 +57,9 @@ MODE_SETTINGS = {"default": {"n_init": 3}, "fast": {"n_init": 1}}
 MIN_CLUSTER_SIZE = 3
 SHRINK = 0.5  # of the within-label scatter towards the identity (adapt_metric)
 WORDS_WEIGHT = 0.3  # of the texts' latent-semantic vectors beside the encoder's unit points (clustering.lexical)
+# with adapt_s: the backbone tuned on the texts carries what their words add (docs/discovery.md: joined to
+# them, it scored lower on StackOverflow than without them)
+ADAPTED_WORDS_WEIGHT = 0.0
 CENTRAL_TEXTS = 5
 
 
@@ -305,14 +308,15 @@ def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s
     """``DynamicClassifier.discover(texts, n_new=None, *, adapt_s=None, **options)``: group `texts`
     (distinct, unlabelled) into the existing labels and `n_new` proposed new clusters (None:
     estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode`` (``"default"`` or
-    ``"fast"``), ``seed`` (default: the classifier's). `adapt_s`: first fine-tune a copy of the
+    ``"fast"``), ``seed`` (default: the classifier's), ``words_weight``. `adapt_s`: first fine-tune a copy of the
     pretrained backbone's top layers on the texts and the support sets for this many seconds of
-    training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds: on
-    StackOverflow 360 s lifted NMI / ARI / ACC by 3 / 4 / 3 points). Changes nothing: ``accept``
+    training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds), by default
+    without the words (``words_weight`` :data:`ADAPTED_WORDS_WEIGHT`). Changes nothing: ``accept``
     adds clusters."""
     texts = check_discover(clf, texts, n_new, adapt_s=adapt_s, **options)  # before minutes of embedding or training
     adapt = None
     if adapt_s is not None:
+        options = {"words_weight": ADAPTED_WORDS_WEIGHT, **options}
         def adapt_backbone(support_texts, support_y, n_clusters, seed, words_weight):
             return discovery_tuning.adapt(clf, texts, support_texts, support_y, n_clusters, float(adapt_s), seed, SHRINK,
                                           words_weight)
