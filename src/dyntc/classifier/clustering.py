@@ -84,9 +84,10 @@ def lexical(texts: Sequence[str], dims: int = 256, seed: int | None = 0) -> np.n
     return unit(TruncatedSVD(k, random_state=seed).fit_transform(counts))
 
 
-def joined(points: np.ndarray, words_: np.ndarray, weight: float) -> np.ndarray:
-    """Unit rows of ``[points, weight · words_]`` (both unit rows): cosine becomes a weighted mix."""
-    return unit(np.hstack([unit(points), weight * words_]))
+def joined(points: np.ndarray, word_vectors: np.ndarray, weight: float) -> np.ndarray:
+    """Unit rows of ``[points, weight · word_vectors]`` (both unit rows, or zero where a text has no
+    word of the vocabulary): cosine becomes ``(cos_points + weight² · cos_words) / (1 + weight²)``."""
+    return unit(np.hstack([unit(points), weight * word_vectors]))
 
 
 # ---------------------------------------------------------------------------------------- clustering
