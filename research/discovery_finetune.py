@@ -29,7 +29,7 @@ accepted into a frozen-backbone classifier, as ``discover`` + ``accept(add_examp
 and on the test split (the figure to report).
 
     flock /tmp/dyntc-bench.lock nice -n 5 python research/discovery_finetune.py --dataset stackoverflow \
-        --seed 0 --budget 360 [--lr 5e-5 --tau 0.07 --k 50 --anchors 64 --labelled 64]
+        --seed 0 --budget 360 [--lr 5e-5 --tau 0.07 --k 50 --anchors 64 --labelled 64] [--words-weight 0]
 """
 
 from __future__ import annotations
@@ -122,6 +122,8 @@ def main() -> None:
     parser.add_argument("--states", type=Path, default=Path("/tmp/dyntc-disco-states"),
                         help="directory to keep the frozen layers' output between runs (None: 'none')")
     parser.add_argument("--no-frozen-rows", action="store_true")
+    parser.add_argument("--words-weight", type=float, default=None,
+                        help="discover's words_weight in the frozen rows (default: the product's; the tuned rows have none)")
     args = parser.parse_args()
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -154,9 +156,10 @@ def main() -> None:
         return torch.stack(frozen.featurize(list(texts))).numpy().astype(np.float32)
 
     if not args.no_frozen_rows:
-        pred, found, seconds = run_product(labelled, unlabelled, eval_texts, n_new, "default", args.seed)
+        pred, found, seconds = run_product(labelled, unlabelled, eval_texts, n_new, "default", args.seed,
+                                           words_weight=args.words_weight)
         rows["ours"] = {**split_scores(pred), "seconds": seconds}
-        base = baselines(encode, unlabelled, labelled, eval_texts, n_total, n_new, args.seed)
+        base = baselines(encode, unlabelled, labelled, eval_texts, n_total, n_new, args.seed, args.words_weight)
         for tag in ("metric", "seeded", "kmeans"):
             rows[tag] = split_scores(base[tag])
         for tag, r in rows.items():

@@ -20,7 +20,7 @@ How (the measurements behind each step are in docs/discovery.md):
    of a merged label), seeded at its prototype and holding its support points, and ``n_new`` more
    seeded by k-means++ among the texts far from every known label
    (:func:`~dyntc.classifier.clustering.seeded_kmeans`).
-3. **How many.** Without ``n_new``: over-cluster (twice as many new clusters as known labels, more
+3. **How many.** Without ``n_new`` (on the points without the words): over-cluster (twice as many new clusters as known labels, more
    while the count nears that bound, at most ``max_new``) and count the new clusters about as large
    as the known labels' (:func:`~dyntc.classifier.clustering.estimate_new`).
 4. **Noise.** A new cluster with fewer than ``min_cluster_size`` texts is dropped; its texts get None.
@@ -248,16 +248,18 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
                         int(np.random.default_rng().integers(2**31)) if seed is None else seed, words_weight)
         directions, known = adapted.texts, adapted.support
         settings.update(adapt_steps=adapted.steps, adapt_train_s=round(adapted.train_seconds, 1))
+    sizes: list[int] = []
+    estimated = n_new is None
+    if estimated:  # counted without the words: with them the error grew (docs/discovery.md, the number of new intents)
+        w = cl.adapt_metric(known, known_y, SHRINK)
+        n_new, sizes = cl.estimate_new(cl.unit(directions @ w), cl.unit(known @ w), known_y, len(owners), max_new,
+                                       min_size=min_cluster_size, seed=seed)
     lexical = cl.lexical(list(texts) + support_texts, seed=seed) if words_weight else None
     if lexical is not None:
         directions = cl.joined(directions, lexical[:len(texts)], words_weight)
         known = cl.joined(known, lexical[len(texts):], words_weight)
     w = cl.adapt_metric(known, known_y, SHRINK)
     x, kx = cl.unit(directions @ w), cl.unit(known @ w)
-    sizes: list[int] = []
-    estimated = n_new is None
-    if estimated:
-        n_new, sizes = cl.estimate_new(x, kx, known_y, len(owners), max_new, min_size=min_cluster_size, seed=seed)
     assign, centroids, _ = cl.seeded_kmeans(x, kx, known_y, len(owners), n_new, seed=seed,
                                             n_init=settings["n_init"])
     clusters, outcome = _clusters(labels, texts, points, x, assign, centroids, owners, min_cluster_size)
