@@ -11,7 +11,7 @@ How (the measurements behind each step are in docs/discovery.md):
 0. **Words.** Each point is joined to its text's latent-semantic vector (TF-IDF over the texts and
    the support examples, truncated SVD; :func:`~dyntc.classifier.clustering.lexical`) at weight
    :data:`WORDS_WEIGHT` (``words_weight``): a product name or an error code the sentence encoder
-   blurs still separates two intents. On StackOverflow it lifts the protocol's scores by 3-8 points.
+   blurs still separates two intents. On StackOverflow it lifts the protocol's scores by 2-9 points.
 1. **Metric.** The support examples already say which wording differences do not change an intent:
    the points are mapped by the inverse square root of the support's within-label scatter (shrunk
    towards the identity; :func:`~dyntc.classifier.clustering.adapt_metric`). On frozen MiniLM this
