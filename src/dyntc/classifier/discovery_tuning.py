@@ -9,8 +9,8 @@ runs two layers. The classifier itself is not changed: the tuned copy only place
 clustering, and is dropped after it.
 
 1. **Neighbours.** Every text's nearest texts (the labelled support included) by the untrained
-   backbone joined to the texts' words (``clustering.lexical``), in discover's adapted metric
-   (``clustering.adapt_metric``); fixed. As many as
+   backbone (joined to the texts' words, ``clustering.lexical``, only when ``words_weight`` is given),
+   in discover's adapted metric (``clustering.adapt_metric``); fixed. As many as
    :data:`NEIGHBOURS`, and at most a quarter of the mean cluster size (texts over the known and new
    clusters), so that on few texts a text's neighbours are not half of all of them.
 2. **Training**, for `budget_s` seconds of Adam steps, each the sum of two supervised contrastive
