@@ -7,7 +7,7 @@ candidates that way and keeps the one that lowers the total potential most. This
 ``bench.discovery`` (its options, its protocol) with the greedy seeding in place of the plain one;
 its tables go to ``runs/discovery-greedy-seeding/``.
 
-    DYNTC_DATA=../shared/datasets python research/discovery_seeding.py --split dev --no-baselines
+    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --split dev --no-baselines
 
 Measured 2026-11-29 01:25-01:29 UTC on the 2-core AMD EPYC with nothing else running, ``--split dev
 --no-baselines`` (all four datasets, KCR 25 / 50 / 75 %, seeds 0, 1, 2), the ``ours`` rows (``n_new``
