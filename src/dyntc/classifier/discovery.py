@@ -20,9 +20,10 @@ How (the measurements behind each step are in docs/discovery.md):
    of a merged label), seeded at its prototype and holding its support points, and ``n_new`` more
    seeded by k-means++ among the texts far from every known label
    (:func:`~dyntc.classifier.clustering.seeded_kmeans`).
-3. **How many.** Without ``n_new`` (on the points without the words): over-cluster (twice as many new clusters as known labels, more
-   while the count nears that bound, at most ``max_new``) and count the new clusters about as large
-   as the known labels' (:func:`~dyntc.classifier.clustering.estimate_new`).
+3. **How many.** Without ``n_new``, on the points without the words: over-cluster (twice as many
+   new clusters as known labels, more while the count nears that bound, at most ``max_new``) and
+   count the new clusters about as large as the known labels'
+   (:func:`~dyntc.classifier.clustering.estimate_new`).
 4. **Noise.** A new cluster with fewer than ``min_cluster_size`` texts is dropped; its texts get None.
 5. **Names.** Each cluster is named by its c-TF-IDF keywords (else its most central text's words)
    and reports its most central texts, cohesion (mean cosine to its centre in the adapted metric)
@@ -49,7 +50,7 @@ from dyntc.classifier import clustering as cl
 from dyntc.classifier import discovery_tuning
 from dyntc.classifier.discovery_tuning import Adapted
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.errors import DyntcError, is_int
+from dyntc.errors import DyntcError, is_int, is_number
 
 MODES = ("default", "fast")
 #: per mode: restarts of the new centroids' seeding
@@ -204,7 +205,7 @@ def check_options(labels: LabelSet, texts: Sequence[str], n_new: int | None = No
     (its default filled in)."""
     if mode not in MODES:
         raise DyntcError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if isinstance(words_weight, bool) or not isinstance(words_weight, (int, float)) or not 0 <= words_weight <= 10:
+    if not is_number(words_weight) or not 0 <= words_weight <= 10:
         raise DyntcError(f"words_weight must be a number from 0 (the encoder's points alone) to 10, "
                          f"got {words_weight!r}")
     min_cluster_size = _check_int(min_cluster_size, "min_cluster_size", 1)
@@ -229,9 +230,9 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     """Cluster `texts` (their `points` in the label set's space) into the labels of `labels` and new
     clusters; see the module docstring. `n_new` new clusters (None: estimated, at most `max_new`).
     `words_weight`: of the texts' latent-semantic vectors beside the points (0: the points alone).
-    `adapt` (``(support texts, their known-cluster ids, number of clusters, seed, words_weight) -> Adapted``): called
-    once the options are checked, its points of the texts and of the support replace theirs in the clustering (a
-    backbone fine-tuned on them, ``discovery_tuning.py``)."""
+    `adapt` (``(support texts, their known-cluster ids, number of clusters, seed, words_weight) ->
+    Adapted``): called once the options are checked, its points of the texts and of the support replace
+    theirs in the clustering (a backbone fine-tuned on them, ``discovery_tuning.py``)."""
     start = time.perf_counter()
     texts, n_new, settings = check_options(labels, texts, n_new, max_new=max_new, min_cluster_size=min_cluster_size,
                                            mode=mode, seed=seed, words_weight=words_weight)
@@ -310,8 +311,8 @@ def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s
     """``DynamicClassifier.discover(texts, n_new=None, *, adapt_s=None, **options)``: group `texts`
     (distinct, unlabelled) into the existing labels and `n_new` proposed new clusters (None:
     estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode`` (``"default"`` or
-    ``"fast"``), ``seed`` (default: the classifier's), ``words_weight``. `adapt_s`: first fine-tune a copy of the
-    pretrained backbone's top layers on the texts and the support sets for this many seconds of
+    ``"fast"``), ``seed`` (default: the classifier's), ``words_weight``. `adapt_s`: first fine-tune a
+    copy of the pretrained backbone's top layers on the texts and the support sets for this many seconds of
     training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds), by default
     without the words (``words_weight`` :data:`ADAPTED_WORDS_WEIGHT`). Changes nothing: ``accept``
     adds clusters."""
