@@ -250,3 +250,17 @@ def test_the_estimated_number_of_new_clusters_on_known_blobs(n_known, n_new):
     assert estimate == n_new
     assert sizes == sorted(sizes, reverse=True) and sum(sizes) <= len(points)
 
+
+
+def test_seeding_puts_one_new_centroid_in_each_far_group():
+    """Greedy k-means++ among three tight groups of unit points, one already holding a centroid: the
+    two new centroids land in the two other groups, for every seed."""
+    from dyntc.classifier.clustering import _plus_plus, unit
+
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        axes = np.eye(3, dtype=np.float32)
+        points = unit(np.concatenate([axes[i] + 0.01 * rng.normal(size=(20, 3)) for i in range(3)]))
+        new = _plus_plus(points, axes[:1], 2, rng)
+        assert new.shape == (2, 3) and sorted(int(np.argmax(c)) for c in new) == [1, 2]
+        assert _plus_plus(points, axes[:0], 3, rng).shape == (3, 3)  # none chosen before

@@ -162,16 +162,3 @@ def test_monitor_records_geometry_without_changing_training(sent_encoded):
     # margin > 0 exactly for correctly classified queries: its share is the accuracy (up to ties)
     assert np.isfinite(stats["margin"]["p50"]) and stats["d2_own"]["mean"] > 0
 
-
-def test_greedy_seeding_puts_one_centroid_in_each_far_group():
-    """research/discovery_seeding.py: greedy k-means++ among three tight groups of unit points, one of
-    them already holding a centroid, places the two new ones in the two other groups."""
-    from discovery_seeding import greedy_plus_plus
-
-    rng = np.random.default_rng(0)
-    axes = np.eye(3, dtype=np.float32)
-    points = np.concatenate([axes[i] + 0.01 * rng.normal(size=(20, 3)) for i in range(3)]).astype(np.float32)
-    points /= np.linalg.norm(points, axis=1, keepdims=True)
-    new = greedy_plus_plus(points, axes[:1], 2, rng)
-    assert new.shape == (2, 3) and sorted(int(np.argmax(c)) for c in new) == [1, 2]
-    assert greedy_plus_plus(points, axes[:0], 3, rng).shape == (3, 3)  # none chosen before
