@@ -162,3 +162,21 @@ def test_monitor_records_geometry_without_changing_training(sent_encoded):
     # margin > 0 exactly for correctly classified queries: its share is the accuracy (up to ties)
     assert np.isfinite(stats["margin"]["p50"]) and stats["d2_own"]["mean"] > 0
 
+
+
+def test_former_seeding_draws_only_where_the_distance_is_positive():
+    """research/discovery_seeding.py: the seedings discover replaced draw a centroid with probability
+    proportional to a power of 1 - cos; with every point but one on the chosen centroid, that one is
+    drawn, for either power; a bad --seeding is a usage error before any work."""
+    from discovery_seeding import main, plain_plus_plus
+
+    axes = np.eye(3, dtype=np.float32)
+    points = np.concatenate([np.repeat(axes[:1], 5, axis=0), axes[1:2]])
+    for power in (1, 2):
+        new = plain_plus_plus(points, axes[:1], 1, np.random.default_rng(0), power)
+        assert np.array_equal(new, axes[1:2])
+    assert plain_plus_plus(points, axes[:0], 3, np.random.default_rng(0)).shape == (3, 3)
+    with pytest.raises(SystemExit, match="choose one of plain-cos2, plain"):
+        main(["--seeding", "greedy"])
+    with pytest.raises(SystemExit, match="usage"):
+        main(["--split", "dev"])

@@ -1,0 +1,70 @@
+"""Measured: how ``discover`` seeds its new centroids, against the seedings it replaced.
+
+``clustering.seeded_kmeans`` seeds its ``n_new`` centroids by greedy k-means++ (Arthur and
+Vassilvitskii 2007, as scikit-learn's ``KMeans`` does): ``2 + ln k`` candidates drawn with
+probability proportional to the squared distance ``2 - 2 cos`` to the nearest centroid so far, the
+one lowering the total distance most kept. This probe runs ``bench.discovery`` (its options, its
+protocol) with one of the seedings it replaced in its place; its tables go to
+``runs/discovery-seeding-<seeding>/``:
+
+* ``plain-cos2``: one candidate drawn with probability proportional to ``(1 - cos)²`` (the square of
+  the squared distance: far points weigh much more), ``discover``'s seeding until 2026-11-29;
+* ``plain``: one candidate drawn with probability proportional to ``1 - cos`` (plain k-means++).
+
+    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 --split dev --no-baselines
+
+The comparison on the dev splits is in docs/discovery.md ("How the new centroids are seeded").
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+#: seeding name -> the power of ``1 - cos`` a candidate is drawn by
+SEEDINGS = {"plain-cos2": 2, "plain": 1}
+
+
+def plain_plus_plus(points: np.ndarray, centroids: np.ndarray, n: int, rng: np.random.Generator,
+                    power: int = 2) -> np.ndarray:
+    """`n` more centroids among unit `points`, given `centroids` already chosen, each drawn with
+    probability proportional to ``(1 - cos to the nearest centroid so far) ** power`` (one candidate,
+    no greedy choice). ``clustering._plus_plus``'s signature (with `power` bound), so that it can
+    stand in for it."""
+    best = (points @ centroids.T).max(1) if len(centroids) else np.full(len(points), -1.0, np.float32)
+    out = []
+    for _ in range(n):
+        weight = np.clip(1.0 - best, 0, None) ** power
+        total = weight.sum()
+        i = int(rng.integers(len(points))) if total <= 0 else int(rng.choice(len(points), p=weight / total))
+        out.append(points[i])
+        best = np.maximum(best, points @ points[i])
+    return np.array(out, dtype=np.float32).reshape(n, points.shape[1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--seeding" not in argv or argv.index("--seeding") + 1 >= len(argv):
+        raise SystemExit(f"usage: research/discovery_seeding.py --seeding {{{','.join(SEEDINGS)}}} "
+                         "[bench.discovery's options]")
+    i = argv.index("--seeding")
+    seeding = argv[i + 1]
+    if seeding not in SEEDINGS:
+        raise SystemExit(f"--seeding {seeding!r}: choose one of {', '.join(SEEDINGS)}")
+    del argv[i:i + 2]
+    sys.path.insert(0, str(ROOT))
+    from bench import discovery
+    from dyntc.classifier import clustering
+
+    power = SEEDINGS[seeding]
+    clustering._plus_plus = lambda points, centroids, n, rng: plain_plus_plus(points, centroids, n, rng, power)
+    discovery.OUT = ROOT / "runs" / f"discovery-seeding-{seeding}"
+    sys.argv = ["research/discovery_seeding.py", *argv]
+    discovery.main()
+
+
+if __name__ == "__main__":
+    main()
