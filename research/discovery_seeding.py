@@ -12,8 +12,11 @@ protocol) with one of the seedings it replaced in its place; its tables go to
 * ``plain``: one candidate drawn with probability proportional to ``1 - cos`` (plain k-means++).
 
     DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 --split dev --no-baselines
+    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 \
+        --script research/discovery_finetune.py --dataset stackoverflow --seed 0 --budget 360 --words-weight 0
 
-The comparison on the dev splits is in docs/discovery.md ("How the new centroids are seeded").
+The comparison on the dev splits is in docs/discovery.md ("How the new centroids are seeded"), and
+so are the runs measured under the former seeding that this script reruns as they were.
 """
 
 from __future__ import annotations
@@ -45,22 +48,42 @@ def plain_plus_plus(points: np.ndarray, centroids: np.ndarray, n: int, rng: np.r
     return np.array(out, dtype=np.float32).reshape(n, points.shape[1])
 
 
+def _take(argv: list[str], flag: str) -> str | None:
+    """The value after `flag` in `argv`, both removed; None without the flag."""
+    if flag not in argv:
+        return None
+    i = argv.index(flag)
+    if i + 1 >= len(argv):
+        raise SystemExit(f"{flag} needs a value")
+    value = argv[i + 1]
+    del argv[i:i + 2]
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--seeding" not in argv or argv.index("--seeding") + 1 >= len(argv):
+    seeding = _take(argv, "--seeding")
+    if seeding is None:
         raise SystemExit(f"usage: research/discovery_seeding.py --seeding {{{','.join(SEEDINGS)}}} "
-                         "[bench.discovery's options]")
-    i = argv.index("--seeding")
-    seeding = argv[i + 1]
+                         "[--script SCRIPT.py] [the script's options; bench.discovery's by default]")
     if seeding not in SEEDINGS:
         raise SystemExit(f"--seeding {seeding!r}: choose one of {', '.join(SEEDINGS)}")
-    del argv[i:i + 2]
+    script = _take(argv, "--script")
+    if script is not None and not Path(script).is_file():
+        raise SystemExit(f"--script {script}: no such file")
     sys.path.insert(0, str(ROOT))
-    from bench import discovery
     from dyntc.classifier import clustering
 
     power = SEEDINGS[seeding]
     clustering._plus_plus = lambda points, centroids, n, rng: plain_plus_plus(points, centroids, n, rng, power)
+    if script is not None:
+        import runpy
+
+        sys.argv = [script, *argv]
+        runpy.run_path(script, run_name="__main__")
+        return
+    from bench import discovery
+
     discovery.OUT = ROOT / "runs" / f"discovery-seeding-{seeding}"
     sys.argv = ["research/discovery_seeding.py", *argv]
     discovery.main()

@@ -180,3 +180,5 @@ def test_former_seeding_draws_only_where_the_distance_is_positive():
         main(["--seeding", "greedy"])
     with pytest.raises(SystemExit, match="usage"):
         main(["--split", "dev"])
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["--seeding", "plain", "--script", "research/no_such_probe.py"])
