@@ -18,7 +18,7 @@ How (the measurements behind each step are in docs/discovery.md):
    step alone lifts M-CID from NMI 61 to 81.
 2. **Clustering.** Semi-supervised spherical k-means with one centroid per known label (or per part
    of a merged label), seeded at its prototype and holding its support points, and ``n_new`` more
-   seeded by k-means++ among the texts far from every known label
+   seeded by greedy k-means++ among the texts far from every known label
    (:func:`~dyntc.classifier.clustering.seeded_kmeans`).
 3. **How many.** Without ``n_new``, on the points without the words: over-cluster (twice as many
    new clusters as known labels, more while the count nears that bound, at most ``max_new``) and
