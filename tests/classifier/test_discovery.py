@@ -251,7 +251,6 @@ def test_the_estimated_number_of_new_clusters_on_known_blobs(n_known, n_new):
     assert sizes == sorted(sizes, reverse=True) and sum(sizes) <= len(points)
 
 
-
 def test_seeding_puts_one_new_centroid_in_each_far_group():
     """Greedy k-means++ among three tight groups of unit points, one already holding a centroid: the
     two new centroids land in the two other groups, for every seed."""
@@ -264,3 +263,17 @@ def test_seeding_puts_one_new_centroid_in_each_far_group():
         new = _plus_plus(points, axes[:1], 2, rng)
         assert new.shape == (2, 3) and sorted(int(np.argmax(c)) for c in new) == [1, 2]
         assert _plus_plus(points, axes[:0], 3, rng).shape == (3, 3)  # none chosen before
+
+
+def test_seeding_passes_over_a_stray_text():
+    """A known centroid, a group of 20 texts and one stray text opposite the centroid (the farthest
+    point): the new centroid goes to the group for every seed (a single candidate drawn by the squared
+    distance, or by its square as discover once did, took the stray text for 2 and 5 of these 20 seeds)."""
+    from dyntc.classifier.clustering import _plus_plus, unit
+
+    axes = np.eye(3, dtype=np.float32)
+    group = unit(axes[1] + 0.05 * np.random.default_rng(123).normal(size=(20, 3)))
+    points = np.concatenate([group, -axes[:1]]).astype(np.float32)
+    for seed in range(20):
+        new = _plus_plus(points, axes[:1], 1, np.random.default_rng(seed))
+        assert float(new[0] @ axes[1]) > 0.9

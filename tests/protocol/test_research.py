@@ -163,7 +163,6 @@ def test_monitor_records_geometry_without_changing_training(sent_encoded):
     assert np.isfinite(stats["margin"]["p50"]) and stats["d2_own"]["mean"] > 0
 
 
-
 def test_former_seeding_draws_only_where_the_distance_is_positive():
     """research/discovery_seeding.py: the seedings discover replaced draw a centroid with probability
     proportional to a power of 1 - cos; with every point but one on the chosen centroid, that one is
