@@ -16,7 +16,8 @@ their imprinted prototypes). ``--adapt-s SECONDS`` adds ``ours:adapted``: the sa
 classifier/discovery_tuning.py). ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
 encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
 split instead of the test split, to compare settings without looking at the test split. Baselines
-in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents on all training texts, test texts assigned to the nearest centre),
+in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
+on all training texts, test texts assigned to the nearest centre),
 ``agglo`` (Ward agglomerative clustering of the test texts), ``seeded`` (spherical k-means seeded with
 the known labels' prototypes, labelled texts fixed; no metric adaptation), ``metric`` (discover's
 own clustering with ``n_new`` given, the test texts assigned to its centres in its space, the words'

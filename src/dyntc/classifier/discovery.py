@@ -312,8 +312,8 @@ def discover_for(clf, texts: Sequence[str], n_new: int | None = None, *, adapt_s
     (distinct, unlabelled) into the existing labels and `n_new` proposed new clusters (None:
     estimated); `options`: ``max_new``, ``min_cluster_size``, ``mode`` (``"default"`` or
     ``"fast"``), ``seed`` (default: the classifier's), ``words_weight``. `adapt_s`: first fine-tune a
-    copy of the pretrained backbone's top layers on the texts and the support sets for this many seconds of
-    training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds), by default
+    copy of the pretrained backbone's top layers on the texts and the support sets for this many
+    seconds of training, and cluster in its space (``discovery_tuning.py``; minutes, not seconds), by default
     without the words (``words_weight`` :data:`ADAPTED_WORDS_WEIGHT`). Changes nothing: ``accept``
     adds clusters."""
     texts = check_discover(clf, texts, n_new, adapt_s=adapt_s, **options)  # before minutes of embedding or training
