@@ -25,8 +25,10 @@ cache, the cosine head), ``product:head=none`` the same with ``head=None``; ``pr
 ``tune`` row, generalized scenario) fits the frozen default, adds the new labels, saves it as a store's
 version and refreshes by ``DynamicClassifier.tune_saved(store, budget_s=600)`` (fine-tuning the
 backbone's top layers on every stored example, one new version), then scores with the tuned version;
-the report gives its training time and what its version stored. The others work on the cached
-embeddings.
+the report gives its training time and what its version stored. ``product:oos=train`` (CLINC150;
+with ``tune``: ``product:tune=600,oos=train``) measures the out-of-scope block twice on the same
+classifier: as it is, then after ``calibrate`` on the evaluated data set's dev split with CLINC150's
+100 out-of-scope training texts as the kept examples (``oos_weight=W`` sets calibrate's weight). The others work on the cached embeddings.
 
 ``--split dev`` scores CLINC150's val split and HWU64's valid split (designs are chosen there);
 ``--split test`` the official test splits (reported figures only). Embeddings are computed once with
@@ -280,9 +282,21 @@ class Product(Approach):
 
     def __init__(self, n_classes, opts):
         super().__init__(n_classes)
-        unknown = set(opts) - {"head", "metric", "train", "budget", "tune"}
+        unknown = set(opts) - {"head", "metric", "train", "budget", "tune", "oos", "oos_weight"}
         if unknown:
-            raise SystemExit(f"unknown product options {sorted(unknown)}; known: head, metric, train, budget, tune")
+            raise SystemExit(f"unknown product options {sorted(unknown)}; known: head, metric, train, budget, tune, oos, "
+                             "oos_weight")
+        # oos=train: before the out-of-scope measures, calibrate(dev texts, dev labels, CLINC150's 100
+        # out-of-scope training texts): the product keeps them as examples that push texts like them away
+        if opts.get("oos", "train") != "train":
+            raise SystemExit(f"product option oos must be train (CLINC150's out-of-scope training texts), got {opts['oos']!r}")
+        self.oos_examples = "oos" in opts
+        self.oos_weight = {}  # oos_weight=W: calibrate's oos_weight (default: the product's)
+        if "oos_weight" in opts:
+            try:
+                self.oos_weight = {"oos_weight": float(opts["oos_weight"])}
+            except ValueError:
+                raise SystemExit(f"product option oos_weight must be a number, got {opts['oos_weight']!r}") from None
         head = opts.get("head", "cosine")
         if head not in ("cosine", "none"):
             raise SystemExit(f"product option head must be cosine or none, got {head!r}")
@@ -357,6 +371,15 @@ class Product(Approach):
             report = DynamicClassifier.tune_saved(path, self.tune)
             self.clf = DynamicClassifier.load(path)  # the tuned version, as a replica would load it
             self.tune_info = {**report.to_dict(), "store_growth_bytes": store.size_bytes() - before}
+
+    def keep_oos_examples(self, data):
+        """``calibrate`` on the dev split with the data set's out-of-scope training texts as examples."""
+        from dyntc.protocol.data.datasets import clinc150_out_of_scope
+
+        if data.name != "clinc150":
+            raise SystemExit("product option oos=train needs CLINC150's out-of-scope training texts: use it on clinc150")
+        self.clf.calibrate(data.dev.texts, [self.name(c) for c in data.dev.y], clinc150_out_of_scope("train"),
+                           **self.oos_weight)
 
     def scores_texts(self, texts):
         s = self.clf.label_scores(texts)
@@ -540,6 +563,14 @@ def oos_block(ap, data, split):
     sets = oos_sets(data, split)
     if sets is None:
         return None
+    if not getattr(ap, "oos_examples", False):
+        return oos_measures(ap, data, split, sets)
+    before = oos_measures(ap, data, split, sets)  # the same classifier before and after keeping the examples
+    ap.keep_oos_examples(data)
+    return {**oos_measures(ap, data, split, sets), "without_examples": before}
+
+
+def oos_measures(ap, data, split, sets):
     out = oos_metrics(ap, *sets)
     if split == "dev":
         out["auroc"] = oos_metrics(ap, data.dev, data.oos_dev, data.dev, data.oos_dev)["auroc"]
@@ -741,9 +772,12 @@ def report(results, args):
                 lines.append("|---|---:|---:|---:|")
                 for spec in runs[0]:
                     vals = [r[spec]["oos"] for r in runs]
-                    au = np.array([v["auroc"] for v in vals])
-                    lines.append(f"| {spec} | {au.mean():.4f} ± {au.std():.4f} | {ms(v['acc_reject'] for v in vals)} | "
-                                 f"{ms(v['oos_recall'] for v in vals)} |")
+                    rows = [(f"{spec}, before keeping the examples", [v["without_examples"] for v in vals])] \
+                        if "without_examples" in vals[0] else []
+                    for name, these in rows + [(spec, vals)]:
+                        au = np.array([v["auroc"] for v in these])
+                        lines.append(f"| {name} | {au.mean():.4f} ± {au.std():.4f} | "
+                                     f"{ms(v['acc_reject'] for v in these)} | {ms(v['oos_recall'] for v in these)} |")
         if "full" in res:
             r = res["full"][0]
             first = next(iter(r))
@@ -752,9 +786,11 @@ def report(results, args):
             lines.append("| approach | accuracy | refresh s |" + (" OOS AUROC | in-scope acc. with rejection | OOS recall |" if has_oos else ""))
             lines.append("|---|---:|---:|" + ("---:|---:|---:|" if has_oos else ""))
             for spec, v in r.items():
-                extra = (f" {v['oos']['auroc']:.4f} | {v['oos']['acc_reject']:.1f} | {v['oos']['oos_recall']:.1f} |"
-                         if has_oos else "")
-                lines.append(f"| {spec} | {v['acc']:.1f} | {v['refresh_s']:.2f} |{extra}")
+                oos = v.get("oos") or {}
+                rows = [(f"{spec}, before keeping the examples", oos["without_examples"])] if "without_examples" in oos else []
+                for name, o in rows + [(spec, oos)]:
+                    extra = f" {o['auroc']:.4f} | {o['acc_reject']:.1f} | {o['oos_recall']:.1f} |" if has_oos else ""
+                    lines.append(f"| {name} | {v['acc']:.1f} | {v['refresh_s']:.2f} |{extra}")
         for key in sorted((k for k in res if k.startswith("fewshot-")), key=lambda k: int(k.split("-")[1])):
             k = int(key.split("-")[1])
             runs = res[key]

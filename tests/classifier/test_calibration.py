@@ -2,13 +2,21 @@
 
 import copy
 import math
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
 from dyntc import DynamicClassifier, DyntcError
-from dyntc.classifier.calibration import choose_threshold, expected_calibration_error, fit_temperature
+from dyntc.errors import DyntcWarning
+from dyntc.classifier.calibration import (
+    OOS_NEIGHBOURS, OOS_WEIGHT, choose_threshold, expected_calibration_error, fit_temperature, oos_pull,
+)
+from dyntc.classifier.head import normalize
+from dyntc.classifier.live_head import features
+
+from tests._toy import TEXTS, toy_classifier
 
 LABELS = ["alarm", "balance", "book_hotel", "timer", "transfer", "weather"]
 SMALL = dict(encoder="sru", metric="hyperbolic", hidden_size=64, num_layers=1, dropout=0.1, max_len=32, episodes=30, lr=3e-3)
@@ -50,6 +58,98 @@ def test_choose_threshold_by_hand():
     assert choose_threshold(tied, torch.tensor([True, True, False, False]), 0.0) == pytest.approx(4.5)
     # Nothing may be rejected: the threshold is beyond the farthest text.
     assert choose_threshold(nearest, torch.ones(5, dtype=torch.bool), 0.0) > 5.0
+
+
+def test_oos_pull_by_hand():
+    """Unit vectors at known angles: the mean cosine of the 3 nearest examples, floored at 0, and an
+    example left out of its own neighbours."""
+    angle = lambda *degrees: torch.tensor([[math.cos(math.radians(a)), math.sin(math.radians(a))] for a in degrees])  # noqa: E731
+    examples = angle(0, 60, 90, 180)
+    texts = angle(0, 270)
+    assert OOS_NEIGHBOURS == 3
+    expected_first = (1 + 0.5 + 0) / 3  # cos 0, cos 60, cos 90
+    torch.testing.assert_close(oos_pull(texts, examples), torch.tensor([expected_first, 0.0], dtype=torch.float64))
+    # the first text is example 0: left out, its nearest three are 60, 90 and 180 degrees away
+    own = torch.tensor([0, -1])
+    torch.testing.assert_close(oos_pull(texts, examples, own)[0], torch.tensor((0.5 + 0 - 1) / 3, dtype=torch.float64).clamp_min(0))
+    assert float(oos_pull(angle(30), angle(30))) == pytest.approx(1.0)  # fewer examples than neighbours: all of them
+
+
+# ------------------------------------------------------------------------------- out-of-scope examples (toy)
+
+IN_SCOPE = ["wake me at five tomorrow", "what's my savings balance", "a timer for ten minutes", "is it sunny today",
+            "set my alarm for six", "how much money is in checking", "start a two minute timer", "will it rain today"]
+IN_LABELS = ["alarm", "balance", "timer", "weather"] * 2
+OOS = ["tell me a joke", "tell me a funny joke please", "who won the football game", "what is the meaning of life",
+       "sing me a song", "tell me another joke"]
+
+
+def _calibrate(clf, *args, **kwargs):
+    """calibrate on the 8 toy texts, which it warns are too few to fit a temperature (not what these tests test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DyntcWarning)
+        return clf.calibrate(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def toy_oos():
+    return _calibrate(toy_classifier(), IN_SCOPE, IN_LABELS, OOS)
+
+
+def test_oos_examples_shift_every_label_by_the_pull(toy_oos):
+    """The kept examples lower every label's score of a text by the same amount, scale · w · c̄ (c̄ by hand
+    from the points): the predicted label and the probabilities stay, the squared distances grow by 2 w c̄."""
+    clf = toy_oos
+    cal = clf.calibration_
+    assert cal.oos_examples == tuple(OOS) and cal.oos_weight == OOS_WEIGHT and cal.n_oos == len(OOS)
+    plain = _calibrate(copy.deepcopy(clf), IN_SCOPE, IN_LABELS, OOS, oos_weight=0)
+    assert plain.calibration_.oos_examples == () and plain.calibration_.oos_weight == 0
+    texts = ["tell me a joke about timers", "set an alarm for noon", "what is the weather", "who won the game"]
+    direction = lambda t: torch.from_numpy(normalize(features(clf.space_, torch.as_tensor(clf.encode(t)))))  # noqa: E731
+    sims = (direction(texts).double() @ direction(OOS).double().T).sort(1, descending=True).values
+    pull = sims[:, :3].mean(1).clamp_min(0)
+    assert pull.max() > 0.3 and pull.min() < pull.max()  # the joke is pulled more than the alarm
+    np.testing.assert_allclose(clf.squared_distances(clf.label_scores(texts)) - plain.squared_distances(plain.label_scores(texts)),
+                               (2 * OOS_WEIGHT * pull)[:, None].expand(-1, 4).numpy(), atol=1e-9)
+    assert clf.predict(texts).tolist() == plain.predict(texts).tolist()
+    np.testing.assert_allclose(clf.predict_proba(texts), plain.predict_proba(texts), atol=1e-12)
+    # an example is rejected by the threshold chosen on the pushed in-scope texts; recall left one out
+    assert clf.predict(OOS[:1], reject=True).tolist() == [None]
+    assert cal.oos_recall >= plain.calibration_.oos_recall
+
+
+def test_oos_recall_leaves_each_example_out_of_its_own_push(toy_oos):
+    """calibrate's oos_recall: each example pushed only by the others (pushed by itself it would be
+    rejected trivially), the same distances the calibration report draws."""
+    clf, cal = toy_oos, toy_oos.calibration_
+    d2 = clf.squared_distances(clf._scores(OOS, leave_one_out=True))
+    assert cal.oos_recall == pytest.approx(float((d2.min(1).values.clamp_min(0).sqrt() > cal.threshold).double().mean()))
+    served = clf.squared_distances(clf.label_scores(OOS)).min(1).values
+    assert bool((served > d2.min(1).values).all())  # served, each example also pushes itself
+
+
+def test_oos_examples_saved_and_refitted(toy_oos, tmp_path):
+    path = toy_oos.save(tmp_path / "m")
+    back = DynamicClassifier.load(path)
+    assert back.calibration_ == toy_oos.calibration_
+    texts = OOS + IN_SCOPE + TEXTS["timer"][:3]
+    np.testing.assert_allclose(back.label_scores(texts), toy_oos.label_scores(texts), atol=1e-9)
+    assert back.predict(texts, reject=True).tolist() == toy_oos.predict(texts, reject=True).tolist()
+    assert toy_oos.calibration_.summary()["oos_examples"] == len(OOS)
+    # calibrating again without examples drops them, repeats are kept once
+    again = _calibrate(copy.deepcopy(back), IN_SCOPE, IN_LABELS, OOS + OOS[:2])
+    assert again.calibration_.oos_examples == tuple(OOS) and again.calibration_.n_oos == len(OOS) + 2
+    none = _calibrate(copy.deepcopy(back), IN_SCOPE, IN_LABELS)
+    assert none.calibration_.oos_examples == ()
+    np.testing.assert_allclose(none.label_scores(texts), toy_classifier().label_scores(texts), atol=1e-9)
+
+
+@pytest.mark.parametrize("weight", [-0.1, 10.5, math.nan, math.inf, "0.5", None, True])
+def test_bad_oos_weight(weight):
+    clf = toy_classifier()
+    with pytest.raises(DyntcError, match="oos_weight must be a number between 0 and 10"):
+        _calibrate(clf, IN_SCOPE, IN_LABELS, OOS, oos_weight=weight)
+    assert clf.calibration_ is None
 
 
 # ------------------------------------------------------------------------------- on CLINC150

@@ -256,10 +256,11 @@ def test_tuned_weights_are_stored_once_and_shared_between_versions(frozen, tmp_p
 
 def test_calibration_is_refitted_on_held_out_texts_or_dropped_with_a_warning(frozen, data, tmp_path):
     texts, labels = [t for t, _ in data["test"]], [y for _, y in data["test"]]
-    calibrated = frozen.copy().calibrate(texts, labels)
+    oos = ["tell me a joke", "who won the game last night", "what is the meaning of life"]
+    calibrated = frozen.copy().calibrate(texts, labels, oos, oos_weight=0.4)
     calibrated.save(tmp_path / "a")
     calibrated.save(tmp_path / "b")
-    with pytest.warns(DyntcWarning, match="calibration .* is dropped"):
+    with pytest.warns(DyntcWarning, match="calibration .* is dropped \\(its 3 out-of-scope examples with it\\)"):
         report = DynamicClassifier.tune_saved(tmp_path / "a", 60, episodes=1)
     assert report.calibration == "dropped" and DynamicClassifier.load(tmp_path / "a").calibration_ is None
     report = DynamicClassifier.tune_saved(tmp_path / "b", 60, episodes=1, calibration=(texts, labels))
@@ -268,6 +269,9 @@ def test_calibration_is_refitted_on_held_out_texts_or_dropped_with_a_warning(fro
     assert tuned.calibration_.n_texts == len(texts)
     assert tuned.calibration_.threshold != calibrated.calibration_.threshold  # fitted on the tuned distances
     assert tuned.predict(texts, reject=True).shape == (len(texts),)
+    # the kept out-of-scope examples and their weight carry over, embedded by the tuned backbone
+    assert tuned.calibration_.oos_examples == tuple(oos) and tuned.calibration_.oos_weight == 0.4
+    assert not np.allclose(tuned._oos_directions(tuned.calibration_), calibrated._oos_directions(calibrated.calibration_))
 
 
 @pytest.mark.parametrize("budget", [0, -1, float("nan"), float("inf"), True, "60", None])

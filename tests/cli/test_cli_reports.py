@@ -20,10 +20,28 @@ def _rows(path):
 
 def _auroc_by_hand(model, in_scope, out_of_scope):
     """scikit-learn's AUROC of the distance to the nearest label (the library's top_k), out-of-scope
-    texts as the positives: what the reports must show."""
+    texts as the positives: what the reports must show. Out-of-scope texts that the calibration keeps
+    as examples are pushed only by the others (the push, 2 w c̄ on the squared distance, undone and
+    redone by hand from their directions)."""
+    import torch
     from sklearn.metrics import roc_auc_score
 
-    nearest = [row[0][1] for row in DynamicClassifier.load(model).top_k(in_scope + out_of_scope, 1)]
+    from dyntc.classifier.head import normalize
+    from dyntc.classifier.live_head import features
+
+    clf = DynamicClassifier.load(model)
+    nearest = [row[0][1] for row in clf.top_k(in_scope, 1)]
+    d2 = np.array([row[0][1] ** 2 for row in clf.top_k(out_of_scope, 1)])
+    cal = clf.calibration_
+    if cal is not None and cal.oos_examples:
+        direction = lambda t: normalize(features(clf.space_, torch.as_tensor(clf.encode(t))))  # noqa: E731
+        sims = direction(out_of_scope) @ direction(list(cal.oos_examples)).T
+        served = np.sort(sims, 1)[:, ::-1][:, :3].mean(1).clip(0)
+        for i, text in enumerate(out_of_scope):
+            sims[i, list(cal.oos_examples).index(text)] = -np.inf
+        alone = np.sort(sims, 1)[:, ::-1][:, :min(3, sims.shape[1] - 1)].mean(1).clip(0)
+        d2 = d2 - 2 * cal.oos_weight * (served - alone)
+    nearest += list(np.sqrt(d2.clip(0)))
     return roc_auc_score([0] * len(in_scope) + [1] * len(out_of_scope), nearest)
 
 

@@ -32,6 +32,7 @@ texts embedded earlier keep their points.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,10 +47,12 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from dyntc.classifier import answers, hygiene, replay, saving, suggestions, trainer, tuning
 from dyntc.classifier import discovery as _discovery
 from dyntc.classifier.calibration import (
-    Calibration, check_max_drop, check_threshold, fit_calibration, require_calibration,
+    OOS_WEIGHT, Calibration, check_max_drop, check_oos_weight, check_threshold, fit_calibration, oos_pull,
+    require_calibration,
 )
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.live_head import LiveHead, adopt
+from dyntc.classifier.head import normalize
+from dyntc.classifier.live_head import LiveHead, adopt, features
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_new_params, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
@@ -564,17 +567,51 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ prediction
 
-    def _scores(self, texts: Sequence[str]) -> torch.Tensor:
-        """Scores of `texts` for every label, ``(n, n_classes)`` float64 (higher = better), ``classes_`` order."""
+    def _scores(self, texts: Sequence[str], *, leave_one_out: bool = False) -> torch.Tensor:
+        """Scores of `texts` for every label, ``(n, n_classes)`` float64 (higher = better), ``classes_`` order,
+        lowered for the calibration's out-of-scope examples; with `leave_one_out` a text that is one of
+        them is not pushed by itself (to measure the rejection on the examples)."""
         self._check_fitted()
         texts = check_examples(as_texts(texts), "texts", allow_empty=True)
+        scores, points = self._unshifted_scores(texts)
+        cal = self._calibration()
+        if cal is None or not cal.oos_weight or not texts:
+            return scores
+        examples = self._oos_directions(cal)
+        own = None
+        if leave_one_out:
+            at = {text: i for i, text in enumerate(cal.oos_examples)}
+            own = torch.tensor([at.get(text, -1) for text in texts])
+        return scores - self._oos_shift(oos_pull(self._directions(points), examples, own), cal.oos_weight)[:, None]
+
+    def _unshifted_scores(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores, points)`` of checked `texts`: the scores before any out-of-scope examples' push."""
+        self._check_fitted()
         labels = self._labels
         if not texts:
-            return torch.zeros(0, len(labels), dtype=torch.float64)
+            return torch.zeros(0, len(labels), dtype=torch.float64), torch.zeros(0, self.space_.dim)
         points = self.space_.embed(texts)
         live = self._live_head()
         scores = -labels.sq_distances(points).double() if live is None else live.scores(labels, points)
-        return self._targets.public(scores, labels.classes)  # label-set name order -> classes_ order
+        return self._targets.public(scores, labels.classes), points  # label-set name order -> classes_ order
+
+    def _directions(self, points: torch.Tensor) -> torch.Tensor:
+        """Unit directions of `points` in the encoder's space (what the cosine head and the pull compare)."""
+        return torch.from_numpy(normalize(features(self.space_, points)))
+
+    def _oos_directions(self, cal: Calibration) -> torch.Tensor:
+        """The directions of `cal`'s out-of-scope examples under the current backbone (embedded once)."""
+        cached = self.__dict__.get("_oos_cache")
+        if cached is None or cached[0] is not self.space_ or cached[1] is not cal:
+            cached = (self.space_, cal, self._directions(self.space_.embed(list(cal.oos_examples))))
+            self.__dict__["_oos_cache"] = cached
+        return cached[2]
+
+    def _oos_shift(self, pull: torch.Tensor, weight: float) -> torch.Tensor:
+        """The score each label loses for `pull`: the squared distance grows by ``2 · weight · pull``,
+        which the cosine head's scores (``d² = 2 − 2 s / scale``) carry scaled by ``scale / 2``."""
+        live = self._live_head()
+        return 2 * weight * pull * (1.0 if live is None else live.config.scale / 2)
 
     def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The squared distances that :meth:`label_scores` stand for, ``(n, n_classes)``:
@@ -600,7 +637,9 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     def label_scores(self, texts: Sequence[str]) -> np.ndarray:
         """Every label's score, ``(n, n_classes)`` (higher = better); columns in ``classes_`` order: the
-        cosine head's ``scale · (cos − offset)``, or ``-d²`` to every prototype with ``head=None``.
+        cosine head's ``scale · (cos − offset)``, or ``-d²`` to every prototype with ``head=None``; once
+        :meth:`calibrate` kept out-of-scope examples, lowered for a text that resembles them by the
+        same amount for every label.
         :meth:`predict`, :meth:`predict_proba`, :meth:`top_k`, :meth:`rank` and :meth:`prediction_records`
         all derive from it, so a caller needing several of them embeds the texts once with this."""
         return self._scores(texts).numpy()
@@ -696,18 +735,23 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     @recorded
     def calibrate(self, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None = None, *,
-                  max_accuracy_drop: float = 0.02, threshold: float | None = None) -> Self:
+                  max_accuracy_drop: float = 0.02, threshold: float | None = None,
+                  oos_weight: float = OOS_WEIGHT) -> Self:
         """Fit :meth:`predict_proba`'s temperature and the out-of-scope threshold on held-out texts.
 
         `texts`, `labels`: labelled in-scope texts that are not support examples (a dev split).
         The threshold is the smallest distance to the nearest label (:meth:`squared_distances`) that costs at most
         `max_accuracy_drop` accuracy on them when farther texts are rejected; `threshold` sets it
-        instead. `oos_texts` (optional out-of-scope examples) measure the share it rejects. What was
-        fitted and measured (expected calibration error before/after, accuracies, OOS recall) is in
-        ``calibration_``; it is saved with the classifier."""
+        instead. `oos_texts` (optional out-of-scope examples, such as requests the assistant must not
+        take) are kept with the calibration: a text resembling them is pushed away from every label
+        (its distances grow, its predicted label and probabilities stay), by `oos_weight` (0: they only
+        measure the share the threshold rejects); see :mod:`~dyntc.classifier.calibration`. What was
+        fitted and measured (expected calibration error before/after, accuracies, OOS recall, each
+        example left out of its own push) is in ``calibration_``; it is saved with the classifier."""
         self._check_fitted()
         max_drop = check_max_drop(max_accuracy_drop)
         fixed = None if threshold is None else check_threshold(threshold)
+        weight = check_oos_weight(oos_weight)
         texts, labels = trainer.check_pairs(*self._targets.encoded(texts, labels))
         index = {self._targets.name(c): i for i, c in enumerate(self.classes_)}
         unknown = sorted(set(labels) - index.keys())
@@ -715,12 +759,26 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
             raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
                              "or leave those texts out (out-of-scope texts go in oos_texts)")
         oos = [] if oos_texts is None else check_examples(as_texts(oos_texts), "oos_texts", allow_empty=True)
-        scores = self._scores(texts)
-        oos_d2 = self.squared_distances(self._scores(oos)) if oos else None
-        self.calibration_ = fit_calibration(self.squared_distances(scores), torch.tensor([index[label] for label in labels]),
-                                            oos_d2, max_accuracy_drop=max_drop, threshold=fixed,
-                                            prior_temperature=self.prior_temperature_, scores=scores,
-                                            scorer=self._scorer())
+        scores, points = self._unshifted_scores(texts)
+        oos_scores, oos_points = self._unshifted_scores(oos)
+        examples = tuple(dict.fromkeys(oos)) if weight else ()
+        if examples:
+            at = {text: i for i, text in enumerate(examples)}
+            first = {}
+            for i, text in enumerate(oos):
+                first.setdefault(text, i)
+            directions = self._directions(oos_points)[[first[text] for text in examples]]
+            scores = scores - self._oos_shift(oos_pull(self._directions(points), directions), weight)[:, None]
+            own = torch.tensor([at[text] for text in oos])  # each example left out of its own push
+            oos_scores = oos_scores - self._oos_shift(oos_pull(self._directions(oos_points), directions, own),
+                                                      weight)[:, None]
+        cal = fit_calibration(self.squared_distances(scores), torch.tensor([index[label] for label in labels]),
+                              self.squared_distances(oos_scores) if oos else None, max_accuracy_drop=max_drop,
+                              threshold=fixed, prior_temperature=self.prior_temperature_, scores=scores,
+                              scorer=self._scorer())
+        self.calibration_ = dataclasses.replace(cal, oos_examples=examples, oos_weight=weight if examples else 0.0)
+        if examples:
+            self.__dict__["_oos_cache"] = (self.space_, self.calibration_, directions)
         self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
         return self
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from dyntc.classifier import saving, trainer
-from dyntc.classifier.calibration import Calibration
+from dyntc.classifier.calibration import OOS_WEIGHT, Calibration
 from dyntc.classifier.labels import LabelSet
 from dyntc.classifier.live_head import carry
 from dyntc.classifier.params import encoder_options, network_options, train_config, training_mode
@@ -184,16 +184,21 @@ def tuned_classifier(cls: type, space: MetricSpace, points: dict[str, torch.Tens
 
 def settle_calibration(clf: Any, had: Any, held_out: Sequence | None) -> str | None:
     """Refit `clf`'s calibration on `held_out` (``(texts, labels)`` or ``(texts, labels, oos_texts)``),
-    with the settings of the old one `had`; else drop it, with a warning if there was one."""
+    with the settings of the old one `had` (its kept out-of-scope examples too, unless `held_out` gives
+    others); else drop it, with a warning if there was one."""
+    kept = had is not None and bool(had.oos_examples)
     if held_out is not None:
-        drop = had.max_accuracy_drop if had is not None else 0.02
-        clf.calibrate(*held_out, max_accuracy_drop=drop)
+        texts, labels, *oos = held_out
+        oos_texts = oos[0] if oos else (list(had.oos_examples) if kept else None)
+        clf.calibrate(texts, labels, oos_texts, max_accuracy_drop=had.max_accuracy_drop if had is not None else 0.02,
+                      oos_weight=had.oos_weight if kept else OOS_WEIGHT)
         return "refitted"
     clf.calibration_ = None
     if had is None:
         return None
-    warnings.warn("the calibration (temperature and out-of-scope threshold) was fitted on the untuned backbone's "
-                  "scores and is dropped: calibrate the tuned model on held-out texts (`dyntc calibrate`, "
+    examples = f" (its {len(had.oos_examples)} out-of-scope examples with it)" if kept else ""
+    warnings.warn(f"the calibration (temperature and out-of-scope threshold) was fitted on the untuned backbone's "
+                  f"scores and is dropped{examples}: calibrate the tuned model on held-out texts (`dyntc calibrate`, "
                   "DynamicClassifier.calibrate, or the tune's calibration argument)", DyntcWarning, stacklevel=3)
     return "dropped"
 

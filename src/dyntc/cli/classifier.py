@@ -16,6 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from dyntc.classifier.calibration import OOS_WEIGHT
 from dyntc.classifier.estimator import DynamicClassifier
 from dyntc.cli.common import ModelDir, ProgressOpt, editing, load, note, progress_on, showing_progress
 from dyntc.cli.options import options_from_signature
@@ -121,11 +122,12 @@ FIT_PARAMETERS = options_from_signature(fit, DynamicClassifier.__init__, FIT_HEL
 def calibrate(
     model: ModelDir,
     data: Annotated[Path, typer.Option(help="Held-out labelled texts (not the support examples), .csv/.tsv or .jsonl")],
-    oos: Annotated[Optional[Path], typer.Option(help="Out-of-scope examples (.txt one per line, or .csv/.jsonl with --text-col) to measure the rejection")] = None,
+    oos: Annotated[Optional[Path], typer.Option(help="Out-of-scope examples (.txt one per line, or .csv/.jsonl with --text-col): kept, texts like them are rejected; the rejection is measured on them")] = None,
     text_col: TextCol = "text",
     label_col: LabelCol = "label",
     max_accuracy_drop: Annotated[float, typer.Option(help="Accuracy the out-of-scope threshold may cost on --data (0.02 = 2 points)")] = 0.02,
     threshold: Annotated[Optional[float], typer.Option(help="Set the out-of-scope distance threshold instead of choosing it")] = None,
+    oos_weight: Annotated[float, typer.Option(help="How far the --oos examples push the texts like them from every label (0: they only measure the rejection)")] = OOS_WEIGHT,
     report_dir: Annotated[Optional[Path], typer.Option(help="Write reliability.png, distances.png and calibration.json here")] = None,
     progress: ProgressOpt = None,
 ) -> None:
@@ -134,10 +136,11 @@ def calibrate(
     oos_texts = read_examples(oos, text_col) if oos is not None else None
     with showing_progress(progress):
         with editing(model) as clf:
-            clf.calibrate(texts, labels, oos_texts, max_accuracy_drop=max_accuracy_drop, threshold=threshold)
+            clf.calibrate(texts, labels, oos_texts, max_accuracy_drop=max_accuracy_drop, threshold=threshold,
+                          oos_weight=oos_weight)
         if report_dir is not None:
             _calibration_report(report_dir, clf, texts, labels, oos_texts)
-    print(json.dumps(clf.calibration_.to_dict()))
+    print(json.dumps(clf.calibration_.summary()))
     note(f"calibrated on {len(texts)} texts: temperature {clf.temperature_:.3g}, threshold {clf.calibration_.threshold:.4g}; "
          f"version {clf.version_}")
 
@@ -159,10 +162,12 @@ def _calibration_report(report_dir: Path, clf, texts: list[str], labels: list[st
     nearest = clf.squared_distances(scores).min(1).values.clamp_min(0).sqrt().numpy()
     oos_nearest = None
     if oos_texts:
-        oos_nearest = clf.squared_distances(clf.label_scores(oos_texts)).min(1).values.clamp_min(0).sqrt().numpy()
+        # each kept example left out of its own push, as calibrate measured it
+        oos_scores = clf._scores(oos_texts, leave_one_out=True)
+        oos_nearest = clf.squared_distances(oos_scores).min(1).values.clamp_min(0).sqrt().numpy()
     report.score_histogram_png(report_dir / "distances.png", nearest, oos_nearest, cal.threshold)
     report.write_json(report_dir / "calibration.json", {
-        **cal.to_dict(), "reliability_before": bins_before, "reliability_after": bins_after,
+        **cal.summary(), "reliability_before": bins_before, "reliability_after": bins_after,
         "auroc": None if oos_nearest is None else report.auroc(nearest, oos_nearest)})
     note(f"calibration report written to {report_dir}")
 
