@@ -28,7 +28,9 @@ backbone's top layers on every stored example, one new version), then scores wit
 the report gives its training time and what its version stored. ``product:oos=train`` (CLINC150;
 with ``tune``: ``product:tune=600,oos=train``) measures the out-of-scope block twice on the same
 classifier: as it is, then after ``calibrate`` on the evaluated data set's dev split with CLINC150's
-100 out-of-scope training texts as the kept examples (``oos_weight=W`` sets calibrate's weight). The others work on the cached embeddings.
+100 out-of-scope training texts as the kept examples (``oos_weight=W`` sets calibrate's weight,
+``oos_neighbours=K`` the number of nearest examples averaged, for the rest of the run: give it to a
+run's only ``oos`` approach). The others work on the cached embeddings.
 
 ``--split dev`` scores CLINC150's val split and HWU64's valid split (designs are chosen there);
 ``--split test`` the official test splits (reported figures only). Embeddings are computed once with
@@ -282,10 +284,10 @@ class Product(Approach):
 
     def __init__(self, n_classes, opts):
         super().__init__(n_classes)
-        unknown = set(opts) - {"head", "metric", "train", "budget", "tune", "oos", "oos_weight"}
+        unknown = set(opts) - {"head", "metric", "train", "budget", "tune", "oos", "oos_weight", "oos_neighbours"}
         if unknown:
             raise SystemExit(f"unknown product options {sorted(unknown)}; known: head, metric, train, budget, tune, oos, "
-                             "oos_weight")
+                             "oos_weight, oos_neighbours")
         # oos=train: before the out-of-scope measures, calibrate(dev texts, dev labels, CLINC150's 100
         # out-of-scope training texts): the product keeps them as examples that push texts like them away
         if opts.get("oos", "train") != "train":
@@ -297,6 +299,11 @@ class Product(Approach):
                 self.oos_weight = {"oos_weight": float(opts["oos_weight"])}
             except ValueError:
                 raise SystemExit(f"product option oos_weight must be a number, got {opts['oos_weight']!r}") from None
+        self.oos_neighbours = None  # oos_neighbours=K: the product's OOS_NEIGHBOURS for this approach's measures
+        if "oos_neighbours" in opts:
+            if not opts["oos_neighbours"].isdigit() or int(opts["oos_neighbours"]) < 1:
+                raise SystemExit(f"product option oos_neighbours must be a positive integer, got {opts['oos_neighbours']!r}")
+            self.oos_neighbours = int(opts["oos_neighbours"])
         head = opts.get("head", "cosine")
         if head not in ("cosine", "none"):
             raise SystemExit(f"product option head must be cosine or none, got {head!r}")
@@ -378,6 +385,9 @@ class Product(Approach):
 
         if data.name != "clinc150":
             raise SystemExit("product option oos=train needs CLINC150's out-of-scope training texts: use it on clinc150")
+        if self.oos_neighbours is not None:  # a trial of another count: set for the rest of this process
+            from dyntc.classifier import calibration
+            calibration.OOS_NEIGHBOURS = self.oos_neighbours
         self.clf.calibrate(data.dev.texts, [self.name(c) for c in data.dev.y], clinc150_out_of_scope("train"),
                            **self.oos_weight)
 

@@ -18,8 +18,9 @@ own prototypes are too small), over the classifier's scores s (``decision_functi
   for every label of a text, so the predicted label and the probabilities do not change; only the
   distance to the nearest label, hence the rejection, does. τ is chosen on the shifted distances, and
   the share of the examples it rejects (``oos_recall``) is measured with each example left out of its
-  own neighbours. w = 0.5 was chosen among 0.25, 0.5 and 1 on CLINC150's validation split, with its
-  100 out-of-scope training texts as the examples (docs/intents.md, "Out-of-scope examples").
+  own neighbours. w = 0.5 and 3 neighbours were chosen among 0.25, 0.5, 1 and 1, 3, 10 on CLINC150's
+  validation split, with its 100 out-of-scope training texts as the examples (docs/intents.md,
+  "Out-of-scope examples").
 
 The expected calibration error after calibration (``ece_after``) is measured out of sample: the
 texts are cut into ``CV_FOLDS`` folds and each fold's probabilities use the temperature fitted on the
