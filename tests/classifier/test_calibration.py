@@ -144,6 +144,28 @@ def test_oos_examples_saved_and_refitted(toy_oos, tmp_path):
     np.testing.assert_allclose(none.label_scores(texts), toy_classifier().label_scores(texts), atol=1e-9)
 
 
+def test_oos_examples_embedded_once_per_backbone(toy_oos, tmp_path, monkeypatch):
+    """warm() embeds the examples; a newer version read as a difference (label operations) keeps them,
+    so a service's next answer does not wait to embed them again."""
+    path = toy_oos.save(tmp_path / "m")
+    served = DynamicClassifier.load(path).warm()
+    with DynamicClassifier.edit(path) as clf:
+        clf.add_label("greeting", ["hello there", "hi, how are you", "good morning to you"])
+    newer = DynamicClassifier.load(path, base=served)
+    assert newer.space_ is served.space_ and newer.calibration_ == served.calibration_
+    embedded = []
+    embed = newer.space_.embed
+    monkeypatch.setattr(newer.space_, "embed", lambda texts, *a, **k: embedded.append(list(texts)) or embed(texts, *a, **k))
+    newer.warm()
+    answer = newer.predict(["tell me a joke"], reject=True).tolist()
+    assert embedded == [["tell me a joke"]] and answer == [None]
+    fresh = DynamicClassifier.load(path)  # read in full: its own backbone, the examples embedded on warm()
+    own = fresh.space_.embed
+    monkeypatch.setattr(fresh.space_, "embed", lambda texts, *a, **k: embedded.append(list(texts)) or own(texts, *a, **k))
+    fresh.warm()
+    assert embedded[-1] == list(OOS)
+
+
 @pytest.mark.parametrize("weight", [-0.1, 10.5, math.nan, math.inf, "0.5", None, True])
 def test_bad_oos_weight(weight):
     clf = toy_classifier()

@@ -601,11 +601,19 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     def _oos_directions(self, cal: Calibration) -> torch.Tensor:
         """The directions of `cal`'s out-of-scope examples under the current backbone (embedded once)."""
-        cached = self.__dict__.get("_oos_cache")
-        if cached is None or cached[0] is not self.space_ or cached[1] is not cal:
-            cached = (self.space_, cal, self._directions(self.space_.embed(list(cal.oos_examples))))
+        cached = self.__dict__.get("_oos_cache")  # carried by copy() and load(base=...) while the backbone stays
+        if cached is None or cached[0] is not self.space_ or cached[1] != cal.oos_examples:
+            cached = (self.space_, cal.oos_examples, self._directions(self.space_.embed(list(cal.oos_examples))))
             self.__dict__["_oos_cache"] = cached
         return cached[2]
+
+    def warm(self) -> Self:
+        """Embed now what the first prediction would otherwise wait for: the calibration's out-of-scope
+        examples (a service calls this on a version it has just read, before serving it)."""
+        cal = self._calibration()
+        if cal is not None and cal.oos_weight:
+            self._oos_directions(cal)
+        return self
 
     def _oos_shift(self, pull: torch.Tensor, weight: float) -> torch.Tensor:
         """The score each label loses for `pull`: the squared distance grows by ``2 · weight · pull``,
@@ -778,7 +786,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
                               scorer=self._scorer())
         self.calibration_ = dataclasses.replace(cal, oos_examples=examples, oos_weight=weight if examples else 0.0)
         if examples:
-            self.__dict__["_oos_cache"] = (self.space_, self.calibration_, directions)
+            self.__dict__["_oos_cache"] = (self.space_, examples, directions)
         self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
         return self
 

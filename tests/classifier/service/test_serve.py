@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from _toy import LABELS
+from _toy import LABELS, toy_classifier
 from _server import SERVER_GONE, Server, eventually
 
 from dyntc import DynamicClassifier
@@ -148,3 +148,33 @@ def test_predict_returns_a_confidence_ranking(server):
     assert confidences == sorted(confidences, reverse=True) and 0 < sum(confidences) <= 1.000001
     assert "ranking" not in server.call("POST", "/predict", {"texts": ["wake me up at six"]})[1]["results"][0]
     assert server.call("POST", "/predict", {"texts": ["hi"], "ranking": -1})[0] == 422
+
+
+def test_the_service_rejects_like_the_out_of_scope_examples(tmp_path):
+    """A model calibrated with out-of-scope examples is served with their push: a text that only the
+    push takes past the threshold is answered null, as the library answers it."""
+    import warnings
+
+    from dyntc.errors import DyntcWarning
+
+    held_out = ["wake me at five tomorrow", "what's my savings balance", "a timer for ten minutes", "is it sunny today",
+                "set my alarm for six", "how much money is in checking", "start a two minute timer", "will it rain today"]
+    labels = ["alarm", "balance", "timer", "weather"] * 2
+    oos = ["tell me a joke", "tell me a funny joke please", "who won the football game", "sing me a song"]
+    text = "tell me the weather"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DyntcWarning)  # 8 held-out texts: too few for a trusted temperature
+        plain = toy_classifier().calibrate(held_out, labels, oos, oos_weight=0)
+        pushed = toy_classifier().calibrate(held_out, labels, oos)
+        before, after = plain.top_k([text], 1)[0][0][1], pushed.top_k([text], 1)[0][0][1]
+        assert after > before
+        threshold = (before + after) / 2
+        plain.calibrate(held_out, labels, oos, oos_weight=0, threshold=threshold)
+        pushed.calibrate(held_out, labels, oos, threshold=threshold)
+    texts = [text, "wake me up at six", "tell me a joke"]
+    assert plain.predict(texts, reject=True).tolist()[0] is not None  # placed without the push
+    expected = pushed.predict(texts, reject=True).tolist()
+    assert expected[0] is None and expected[1] == "alarm"
+    with Server.serving(pushed, tmp_path) as server:
+        status, body = server.call("POST", "/predict", {"texts": texts, "reject": True})
+    assert status == 200 and [r["label"] for r in body["results"]] == expected

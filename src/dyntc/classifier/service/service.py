@@ -187,6 +187,7 @@ class Service:
             clf.refresh(wait=True)  # before the first request: the service starts with a trained head
         with no_disk_cache():  # the backbone loads on first use (3.5 s for MiniLM): here, not in a request
             clf.encode(["warm-up"])
+            clf.warm()
         self._current = clf
         self._write_lock = threading.Lock()  # this process's writers, one at a time
         self._swap_lock = threading.Lock()  # writers and the loader; readers never take it
@@ -242,7 +243,7 @@ class Service:
         current = self._current
         if clf.head is not None and clf.head == current.head and clf.head_options == current.head_options:
             clf.adopt_head(current)
-        return clf
+        return clf.warm()
 
     def _swap(self, clf: DynamicClassifier) -> None:
         """Serve `clf` if it is newer than the version served, from another store, or the store's head
