@@ -166,6 +166,30 @@ def test_oos_examples_embedded_once_per_backbone(toy_oos, tmp_path, monkeypatch)
     assert embedded[-1] == list(OOS)
 
 
+def test_add_out_of_scope_keeps_more_examples_without_refitting(toy_oos, tmp_path):
+    clf = copy.deepcopy(toy_oos)
+    before = clf.calibration_
+    clf.add_out_of_scope(["what is the capital of peru", OOS[0]])  # one already kept: kept once
+    cal = clf.calibration_
+    assert cal.oos_examples == tuple(OOS) + ("what is the capital of peru",)
+    assert (cal.threshold, cal.temperature, cal.oos_weight, cal.oos_recall) == (
+        before.threshold, before.temperature, before.oos_weight, before.oos_recall)
+    plain = _calibrate(toy_classifier(), IN_SCOPE, IN_LABELS)  # no examples: the default weight from then on
+    plain.add_out_of_scope(OOS[:2])
+    assert plain.calibration_.oos_weight == OOS_WEIGHT and plain.calibration_.oos_examples == tuple(OOS[:2])
+    assert plain.predict(["tell me a joke"], reject=True).tolist() == [None]
+    path = plain.save(tmp_path / "m")  # an edit: one version, replayed like any change
+    with DynamicClassifier.edit(path) as edited:
+        edited.add_out_of_scope(["sing me a song"])
+    assert DynamicClassifier.load(path).calibration_.oos_examples == tuple(OOS[:2]) + ("sing me a song",)
+    assert DynamicClassifier.versions(path)[0]["op"] == "add_out_of_scope"
+    for bad, words in ((lambda c: c.add_out_of_scope([]), "texts is empty"),
+                       (lambda c: c.add_out_of_scope("a joke"), "must be a list of texts"),
+                       (lambda c: toy_classifier().add_out_of_scope(["a joke"]), "needs a calibrated classifier")):
+        with pytest.raises(DyntcError, match=words):
+            bad(clf)
+
+
 @pytest.mark.parametrize("weight", [-0.1, 10.5, math.nan, math.inf, "0.5", None, True])
 def test_bad_oos_weight(weight):
     clf = toy_classifier()

@@ -790,6 +790,22 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
         return self
 
+    @recorded
+    def add_out_of_scope(self, texts: Sequence[str]) -> Self:
+        """Keep `texts` as more out-of-scope examples of the calibration (``oos_examples``; a text
+        already kept is kept once): texts that resemble them are pushed away from every label from now
+        on, at the calibration's ``oos_weight`` (0.5 if it had none). Nothing is refitted: the
+        threshold, temperature and the figures measured by :meth:`calibrate` stay as they were (the
+        push can only take in-scope texts near these examples past the threshold); calibrate again on
+        held-out texts to refit them. The console's inbox calls this for captured texts marked out of
+        scope."""
+        cal = self.require_calibration("add_out_of_scope")
+        texts = check_examples(as_texts(texts), "texts")
+        examples = tuple(dict.fromkeys(cal.oos_examples + tuple(texts)))
+        self.calibration_ = dataclasses.replace(cal, oos_examples=examples, oos_weight=cal.oos_weight or OOS_WEIGHT)
+        self._labels.log.append({"op": "add_out_of_scope", "texts": len(examples) - len(cal.oos_examples)})
+        return self
+
     # ------------------------------------------------------------------ persistence (classifier/saving.py)
 
     def save(self, path: str | Path | ModelStore) -> str | Path:

@@ -188,6 +188,8 @@ def test_accept_captured_texts_from_the_inbox(page, server):
     wait(page, lambda d: css(d, "#captures-form"), "the captured texts")
     assert {td.text for td in css(page, "table.captures tbody td:nth-child(2)")} >= set(texts)
     shot(page, "inbox")
+    assert not css(page, "#captures-form button[value=out-of-scope]")  # not calibrated: no such choice, and why
+    assert "calibrate the model first" in by_id(page, "captures-form").text
     for text in texts:
         css(page, f"input[name=text][value='{text}']")[0].click()
     fill(page, "cap-name", "delivery")
@@ -196,6 +198,54 @@ def test_accept_captured_texts_from_the_inbox(page, server):
     assert sorted(stored(server).support("delivery")) == sorted(texts)
     remaining = {c["text"] for c in server.call("GET", "/captures?limit=1000")[1]["captures"]}
     assert not remaining & set(texts)
+
+
+def test_mark_captured_texts_out_of_scope(browser, fitted, tmp_path):
+    """On a calibrated model the inbox offers "Out of scope": the selected texts become the
+    calibration's out-of-scope examples in one version and leave the inbox."""
+    import warnings
+
+    from _toy import TEXTS
+
+    from dyntc.errors import DyntcWarning
+
+    clf = fitted.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DyntcWarning)  # a small held-out set: not what this tests
+        clf.calibrate([t for y in TEXTS for t in TEXTS[y][:3]], [y for y in TEXTS for _ in range(3)])
+    jokes = ["tell me a joke", "tell me a funny joke please", "sing me a song"]
+    with Server.serving(clf, tmp_path, args=["--capture", "50", "--capture-margin", "1"]) as srv:
+        srv.call("POST", "/predict", {"texts": jokes})
+        assert eventually(lambda: {c["text"] for c in srv.call("GET", "/captures")[1]["captures"]} >= set(jokes),
+                          timeout=20)
+        viewport(browser, 1280, 800)
+        visit(browser, srv.url + "/console/inbox")
+        browser.execute_script("sessionStorage.clear()")
+        visit(browser, srv.url + "/console/inbox")
+        sign_in(browser)
+        wait(browser, lambda d: css(d, "#captures-form button[value=out-of-scope]"), "the out-of-scope choice")
+        assert "requests no label should take" in by_id(browser, "captures-form").text
+        for text in jokes[:2]:
+            css(browser, f"input[name=text][value='{text}']")[0].click()
+        css(browser, "#captures-form button[value=out-of-scope]")[0].click()
+        status_says(browser, "2 text(s) kept as out of scope")
+        model = DynamicClassifier.load(srv.model)
+        assert sorted(model.calibration_.oos_examples) == sorted(jokes[:2]) and model.version_ == 2
+        assert {c["text"] for c in srv.call("GET", "/captures")[1]["captures"]} & set(jokes) == {jokes[2]}
+        # a proposed cluster can be marked out of scope too
+        more = ["play some jazz", "play music by miles davis", "put on some jazz music", "play a jazz song",
+                "what's my credit score", "show my credit score", "how is my credit score", "credit score check"]
+        srv.call("POST", "/predict", {"texts": more})
+        assert eventually(lambda: {c["text"] for c in srv.call("GET", "/captures")[1]["captures"]} >= set(more),
+                          timeout=20)
+        visit(browser, srv.url + "/console/inbox")
+        click(browser, "#discover-form button[type=submit]")
+        wait(browser, lambda d: css(d, "form.cluster button[value=out-of-scope]"), "the proposed clusters")
+        first = css(browser, "form.cluster")[0]
+        kept = [box.get_attribute("value") for box in first.find_elements("css selector", "input[name=text]")]
+        first.find_element("css selector", "button[value=out-of-scope]").click()
+        status_says(browser, f"{len(kept)} text(s) kept as out of scope")
+        assert set(DynamicClassifier.load(srv.model).calibration_.oos_examples) == set(jokes[:2]) | set(kept)
 
 
 @pytest.mark.skipif(not hasattr(DynamicClassifier, "discover"), reason="DynamicClassifier.discover is not in this tree")
@@ -212,6 +262,7 @@ def test_accept_a_proposed_cluster(page, server):
     click(page, "#discover-form button[type=submit]")
     wait(page, lambda d: css(d, "form.cluster"), "the proposed clusters")
     first = css(page, "form.cluster")[0]
+    assert not first.find_elements("css selector", "button[value=out-of-scope]")  # not calibrated
     page.execute_script("arguments[0].scrollIntoView()", by_id(page, "clusters-h"))
     shot(page, "clusters")
     kept = [box.get_attribute("value") for box in first.find_elements("css selector", "input[name=text]")]

@@ -5,6 +5,7 @@ Real server processes (tests/_server.py) on the hashing toy; the capture table a
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from _postgres import postgres  # noqa: F401  (the fixture)
 from _server import Server, eventually
@@ -75,6 +76,49 @@ def test_dismiss_accept_and_clear(server):
     assert server.call("POST", "/discover/accept", {"texts": ["x"], "name": "n"}, token=None)[0] == 401
     assert DynamicClassifier.load(server.model).version_ == version + 1
     assert server.call("DELETE", "/captures")[1]["total"] == 0 and captured(server) == []
+
+
+def test_captured_texts_marked_out_of_scope(fitted, tmp_path):
+    """Marking captured texts out of scope is one version that keeps them as the calibration's
+    examples (texts like them rejected from then on) and takes them out of the inbox; it needs the
+    token and a calibrated model."""
+    import warnings
+
+    from dyntc.errors import DyntcWarning
+
+    jokes = ["tell me a joke", "tell me a funny joke please", "tell me another joke"]
+    with Server.serving(fitted, tmp_path / "plain", args=["--capture", "10", "--capture-margin", "1"]) as srv:
+        srv.call("POST", "/predict", {"texts": jokes})
+        assert eventually(lambda: set(jokes) <= set(captured(srv)), timeout=20)
+        status, answer = srv.call("POST", "/captures/out-of-scope", {"texts": jokes})
+        assert status == 409 and "calibrate" in answer["error"]  # not calibrated: refused, nothing changed
+        assert set(jokes) <= set(captured(srv)) and DynamicClassifier.load(srv.model).version_ == 1
+    clf = fitted.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DyntcWarning)  # a small held-out set: not what this tests
+        clf.calibrate([t for y in TEXTS for t in TEXTS[y][:3]], [y for y in TEXTS for _ in range(3)])
+    with Server.serving(clf, tmp_path / "calibrated", args=["--capture", "10", "--capture-margin", "1"]) as srv:
+        version = DynamicClassifier.load(srv.model).version_
+        srv.call("POST", "/predict", {"texts": jokes + ["wake me up at six"]})
+        assert eventually(lambda: set(jokes) <= set(captured(srv)), timeout=20)
+        assert srv.call("POST", "/captures/out-of-scope", {"texts": jokes[:2]}, token=None)[0] == 401
+        for payload, words in (({"texts": []}, "texts is empty"), ({"texts": ["  "]}, "texts[0] is empty")):
+            status, answer = srv.call("POST", "/captures/out-of-scope", payload)
+            assert status == 400 and words in answer["error"], answer
+        status, body = srv.call("POST", "/captures/out-of-scope", {"texts": jokes[:2]})
+        assert status == 200 and body["version"] == version + 1 and body["oos_examples"] == 2
+        assert jokes[2] in captured(srv) and not set(jokes[:2]) & set(captured(srv))
+        stored = DynamicClassifier.load(srv.model)
+        assert stored.calibration_.oos_examples == tuple(jokes[:2]) and stored.calibration_.oos_weight == 0.5
+        assert stored.calibration_.threshold == clf.calibration_.threshold  # nothing refitted
+        history = srv.call("GET", "/versions?limit=1")[1]["versions"]
+        assert history[0]["op"] == "add_out_of_scope"
+        # the service answers with the new examples' push, as the stored model does
+        probe = ["tell me a joke about my alarm", "wake me up at six"]
+        assert stored.top_k(probe[:1], 1)[0][0][1] > clf.top_k(probe[:1], 1)[0][0][1]  # the joke is pushed
+        served = srv.call("POST", "/predict", {"texts": probe, "top_k": 2})[1]["results"]
+        np.testing.assert_allclose([r["top_k"][0]["distance"] for r in served], [row[0][1] for row in stored.top_k(probe, 1)],
+                                   atol=1e-5)
 
 
 def test_capture_needs_a_token_and_valid_options(fitted, tmp_path):

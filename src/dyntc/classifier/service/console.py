@@ -124,6 +124,7 @@ def describe_change(op: str, detail) -> str:
             "merge_labels": f"merged {', '.join(map(str, d.get('labels') or []))} into {d.get('into')}",
             "split_label": f"split {label} into {', '.join(map(str, d.get('into') or []))}",
             "calibrate": "calibrated",
+            "add_out_of_scope": f"kept {d.get('texts')} out-of-scope example{'' if d.get('texts') == 1 else 's'}",
             "save": "saved",
         }.get(kind, str(kind))
         words.append(said)
@@ -254,12 +255,7 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
     @page("try.html", "Try it")
     def try_page(request: Request) -> dict:
         clf = service.current()
-        try:
-            clf.require_calibration("reject")
-            calibrated = True
-        except DyntcError:
-            calibrated = False
-        return {"calibrated": calibrated, "n_labels": clf.n_classes_, "version": clf.version_}
+        return {"calibrated": _calibrated(clf), "n_labels": clf.n_classes_, "version": clf.version_}
 
     @page("versions.html", "Versions")
     def versions_page(request: Request) -> dict:
@@ -290,7 +286,7 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
                 "policy": inbox.policy if inbox is not None else None, "labels": clf.classes_.tolist(),
                 "can_discover": hasattr(DynamicClassifier, "discover"), "can_adapt": _can_adapt(clf),
                 "max_adapt_min": math.floor(service.limits.max_adapt_s / 60 * 100) / 100,  # never above the limit
-                "can_suggest": hasattr(DynamicClassifier, "suggest"), **pages}
+                "can_suggest": hasattr(DynamicClassifier, "suggest"), "calibrated": _calibrated(clf), **pages}
 
     app.add_api_route("/", labels_page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/console/labels/{name}", label_page, methods=["GET"], include_in_schema=False)
@@ -300,6 +296,15 @@ def install(app: FastAPI, service, inbox: Inbox | None, hooks: Hooks) -> None:
     app.add_api_route("/console/versions/diff", diff_page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/console/inbox", inbox_page, methods=["GET"], include_in_schema=False)
     _offline_docs(app)
+
+
+def _calibrated(clf) -> bool:
+    """Whether `clf` can reject (and so keep out-of-scope examples)."""
+    try:
+        clf.require_calibration("reject")
+        return True
+    except DyntcError:
+        return False
 
 
 def _can_adapt(clf) -> bool:

@@ -135,6 +135,11 @@ class Dismiss(BaseModel):
     texts: list[StrictStr] = Field(description="Captured texts to forget")
 
 
+class OutOfScope(BaseModel):
+    texts: list[StrictStr] = Field(description="Texts no label should take: kept as out-of-scope examples "
+                                               "(the model must be calibrated), and forgotten by the inbox")
+
+
 class Discover(BaseModel):
     texts: list[StrictStr] | None = Field(None, description="Texts to cluster; none: the captured texts")
     n_new: StrictInt | None = Field(None, description="Number of new intents; none: estimated")
@@ -178,6 +183,15 @@ def router(service, inbox: Inbox | None, hooks) -> APIRouter:
     def dismiss(req: Dismiss) -> dict:
         log.remove(req.texts)
         return {"total": log.read(0, 1)[1]}
+
+    @api.post("/captures/out-of-scope", dependencies=[Depends(writer)])
+    def out_of_scope(req: OutOfScope) -> dict:
+        chars = check_write(limits, [], req.texts)
+        service.current().require_calibration("marking texts out of scope")
+        clf = service.write(lambda c: c.add_out_of_scope(req.texts), chars)
+        if access.write_token is not None:
+            log.remove(req.texts)
+        return {**labels_body(clf), "oos_examples": len(clf.calibration_.oos_examples)}
 
     @api.post("/discover/accept", dependencies=[Depends(writer)])
     def accept(req: Accept) -> dict:

@@ -144,9 +144,15 @@
       if (action === 'dismiss') {
         return { method: 'POST', path: '/captures/dismiss', body: { texts: texts }, done: texts.length + ' text(s) dismissed' };
       }
+      if (action === 'out-of-scope') { return outOfScope(texts); }
       return accept(texts, f.elements.name.value.trim(), f.elements.into.value.trim());
     }
   };
+
+  function outOfScope(texts) {
+    return { method: 'POST', path: '/captures/out-of-scope', body: { texts: texts },
+      done: texts.length + ' text(s) kept as out of scope: requests like them are rejected' };
+  }
 
   function accept(texts, name, into) {
     // an existing label, when one is given, wins over the new name (which a cluster comes with)
@@ -304,5 +310,5 @@
 
   /* What the inbox's script (inbox.js) uses. */
   window.dyntcConsole = { $: $, api: api, enc: enc, checked: checked, showStatus: showStatus, showError: showError,
-    clearMessages: clearMessages, requireToken: requireToken, perform: perform, accept: accept };
+    clearMessages: clearMessages, requireToken: requireToken, perform: perform, accept: accept, outOfScope: outOfScope };
 })();

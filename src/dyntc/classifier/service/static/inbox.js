@@ -4,7 +4,7 @@
   'use strict';
   var c = window.dyntcConsole, $ = c.$, api = c.api, enc = c.enc, checked = c.checked, showStatus = c.showStatus,
     showError = c.showError, clearMessages = c.clearMessages, requireToken = c.requireToken, perform = c.perform,
-    accept = c.accept;
+    accept = c.accept, outOfScope = c.outOfScope;
   var JOB = 'dyntc-discovery-job', body = document.body;
 
   function el(tag, text, attrs) {
@@ -86,6 +86,10 @@
     fs.appendChild(el('input', null, { id: 'c' + i + '-into', name: 'into', list: 'label-names', maxlength: '100' }));
     fs.appendChild(el('button', 'Accept', { type: 'submit', name: 'action', value: 'accept' }));
     fs.appendChild(el('button', 'Dismiss', { type: 'submit', name: 'action', value: 'dismiss' }));
+    if ($('clusters').dataset.calibrated === '1') {
+      fs.appendChild(el('button', 'Out of scope', { type: 'submit', name: 'action', value: 'out-of-scope',
+        title: 'No label should take them: requests like these are rejected from now on' }));
+    }
     f.appendChild(fs);
     f.addEventListener('submit', function (event) {
       event.preventDefault();
@@ -96,6 +100,8 @@
         if (!texts.length) { throw new Error('Keep at least one text of the cluster.'); }
         if (action === 'dismiss') {
           perform({ method: 'POST', path: '/captures/dismiss', body: { texts: texts }, done: 'Cluster dismissed' });
+        } else if (action === 'out-of-scope') {
+          perform(outOfScope(texts));
         } else {
           perform(accept(texts, f.elements.name.value.trim(), f.elements.into.value.trim()));
         }
