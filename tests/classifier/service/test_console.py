@@ -48,6 +48,15 @@ def page(browser, server):
     return browser
 
 
+def open_inbox_signed_in(browser, srv) -> None:
+    """The inbox of `srv` in a fresh tab state (no discovery job remembered), signed in, at 1280x800."""
+    viewport(browser, 1280, 800)
+    visit(browser, srv.url + "/console/inbox")
+    browser.execute_script("sessionStorage.clear()")
+    visit(browser, srv.url + "/console/inbox")
+    sign_in(browser)
+
+
 def stored(server) -> DynamicClassifier:
     return DynamicClassifier.load(server.model)
 
@@ -218,11 +227,7 @@ def test_mark_captured_texts_out_of_scope(browser, fitted, tmp_path):
         srv.call("POST", "/predict", {"texts": jokes})
         assert eventually(lambda: {c["text"] for c in srv.call("GET", "/captures")[1]["captures"]} >= set(jokes),
                           timeout=20)
-        viewport(browser, 1280, 800)
-        visit(browser, srv.url + "/console/inbox")
-        browser.execute_script("sessionStorage.clear()")
-        visit(browser, srv.url + "/console/inbox")
-        sign_in(browser)
+        open_inbox_signed_in(browser, srv)
         wait(browser, lambda d: css(d, "#captures-form button[value=out-of-scope]"), "the out-of-scope choice")
         assert "requests no label should take" in by_id(browser, "captures-form").text
         for text in jokes[:2]:
@@ -287,11 +292,7 @@ def test_propose_labels_after_adapting_the_model_to_the_captured_texts(browser, 
         for i in range(0, len(texts), 64):
             assert srv.call("POST", "/predict", {"texts": texts[i:i + 64]})[0] == 200
         assert eventually(lambda: srv.call("GET", "/captures?limit=1")[1]["total"] == len(texts), timeout=30)
-        viewport(browser, 1280, 800)
-        visit(browser, srv.url + "/console/inbox")
-        browser.execute_script("sessionStorage.clear()")
-        visit(browser, srv.url + "/console/inbox")
-        sign_in(browser)
+        open_inbox_signed_in(browser, srv)
         wait(browser, lambda d: css(d, "#adapt-min"), "the choice to adapt the model")
         assert by_id(browser, "adapt-min").get_attribute("max") == "15"  # --max-adapt-s 900 by default
         fill(browser, "n-new", "2")
