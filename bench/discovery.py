@@ -13,7 +13,9 @@ are the clustering; ``refresh()`` before ``predict`` trains the cosine head on t
 its background refresh does about a second after ``accept`` (without it the new labels are scored by
 their imprinted prototypes). ``--adapt-s SECONDS`` adds ``ours:adapted``: the same with ``n_new`` given and
 ``discover(..., adapt_s=SECONDS)`` (a copy of the backbone's top layers fine-tuned on the texts first,
-classifier/discovery_tuning.py). ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
+classifier/discovery_tuning.py). ``--tune-s SECONDS`` adds ``ours:tuned``: ``ours`` with the accepted
+model saved, tuned by ``tune_saved(store, SECONDS)`` (the backbone's top layers fine-tuned on every
+stored example, the accepted clusters' texts included) and its new version loaded before ``predict``. ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
 encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
 split instead of the test split, to compare settings without looking at the test split. Baselines
 in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
@@ -146,7 +148,7 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
 
 
 def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None,
-                words_weight: float | None = None):
+                words_weight: float | None = None, tune_s: float | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
@@ -154,10 +156,26 @@ def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, a
     found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
                          **({} if words_weight is None else {"words_weight": words_weight}))
     clf.accept(found, add_examples=ADD_EXAMPLES)
+    if tune_s is not None:  # the accepted labels served, then the model tuned on them as a new version
+        clf = tuned(clf, tune_s)
     if HEAD is not None:  # the head as the service has it a second after accept (its background refresh)
         clf.refresh()
     pred = clf.predict(test_texts)
     return pred, found, time.perf_counter() - start
+
+
+def tuned(clf, tune_s: float):
+    """`clf` saved as a store's version, ``tune_saved(store, tune_s)``, and the tuned version loaded."""
+    import tempfile
+
+    from dyntc import DynamicClassifier
+
+    with tempfile.TemporaryDirectory(prefix="dyntc-bench-discovery-tune-") as path:
+        clf.save(path)
+        report = DynamicClassifier.tune_saved(path, tune_s)
+        print(f"  tuned {report.episodes} episodes in {report.train_seconds:.0f} s ({report.seconds:.0f} s in all)",
+              flush=True)
+        return DynamicClassifier.load(path)
 
 
 def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new: int, seed: int,
@@ -226,9 +244,12 @@ def run_discovery(args) -> list[dict]:
                 runs = [("ours", n_new, None), ("ours:est", None, None)]
                 if args.adapt_s is not None:
                     runs.append(("ours:adapted", n_new, args.adapt_s))
+                if args.tune_s is not None:
+                    runs.append(("ours:tuned", n_new, None))
                 for tag, given, adapt_s in runs:
                     pred, found, seconds = run_product(labelled, unlabelled, evaluated.texts, given, args.mode, seed,
-                                                       adapt_s, args.words_weight)
+                                                       adapt_s, args.words_weight,
+                                                       args.tune_s if tag == "ours:tuned" else None)
                     row[tag] = {"scores": scores(evaluated.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
                                 "discover_seconds": found.seconds}
@@ -238,6 +259,8 @@ def run_discovery(args) -> list[dict]:
                     if tag == "ours:adapted":
                         print(f"{name} kcr={kcr} seed={seed}: adapted {fmt(row[tag]['scores'])} ({seconds:.0f}s, "
                               f"{found.settings['adapt_steps']} steps in {found.settings['adapt_train_s']} s)", flush=True)
+                    if tag == "ours:tuned":
+                        print(f"{name} kcr={kcr} seed={seed}: tuned {fmt(row[tag]['scores'])} ({seconds:.0f}s)", flush=True)
                 if not args.no_baselines:
                     for tag, pred in baselines(encode, unlabelled, labelled, evaluated.texts, n_total, n_new,
                                                seed, args.words_weight).items():
@@ -317,7 +340,8 @@ def mean_std(values: list[tuple]) -> str:
     return " / ".join(f"{m:.1f}±{s:.1f}" for m, s in zip(a.mean(0), a.std(0)))
 
 
-def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "metric", "seeded", "kmeans", "agglo")) -> str:
+def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "metric", "seeded", "kmeans",
+                                        "agglo")) -> str:
     lines = ["| dataset | KCR | method | NMI / ARI / ACC (mean ± std) | n_new est. (true) | s / run (of which discover) |",
              "|---|---:|---|---|---|---:|"]
     keys = sorted({(r["dataset"], r["kcr"]) for r in rows}, key=lambda k: (DATASETS.index(k[0]), k[1]))
@@ -436,6 +460,9 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--adapt-s", type=float, default=None,
                         help="also run discover(..., adapt_s=SECONDS) with n_new given: the row ours:adapted")
+    parser.add_argument("--tune-s", type=float, default=None,
+                        help="also run ours with the accepted labels' model tuned (tune_saved) for SECONDS before "
+                             "predict: the row ours:tuned")
     parser.add_argument("--words-weight", type=float, default=None,
                         help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
     parser.add_argument("--split", default="test", choices=("test", "dev"),
@@ -477,6 +504,7 @@ def main() -> None:
         text = table(rows)
         kcrs = "-".join(f"{k:g}" for k in args.kcr)
         adapted = "" if args.adapt_s is None else f"-adapt{args.adapt_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
+        adapted += "" if args.tune_s is None else f"-tune{args.tune_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         variant = ("" if args.words_weight is None else f"-words{args.words_weight:g}") + (
             "" if args.split == "test" else f"-{args.split}")
         path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}{variant}.json"

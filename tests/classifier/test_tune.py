@@ -271,7 +271,10 @@ def test_calibration_is_refitted_on_held_out_texts_or_dropped_with_a_warning(fro
     assert tuned.predict(texts, reject=True).shape == (len(texts),)
     # the kept out-of-scope examples and their weight carry over, embedded by the tuned backbone
     assert tuned.calibration_.oos_examples == tuple(oos) and tuned.calibration_.oos_weight == 0.4
-    assert not np.allclose(tuned._oos_directions(tuned.calibration_), calibrated._oos_directions(calibrated.calibration_))
+    from dyntc.classifier.rejection import example_directions
+
+    assert not np.allclose(example_directions(tuned, tuned.calibration_),
+                           example_directions(calibrated, calibrated.calibration_))
 
 
 @pytest.mark.parametrize("budget", [0, -1, float("nan"), float("inf"), True, "60", None])

@@ -5,7 +5,8 @@
 - :mod:`~dyntc.classifier.head` and :mod:`~dyntc.classifier.live_head`: the cosine head over the
   label set, and its background refresh;
 - :mod:`~dyntc.classifier.trainer`: the trainer (episodic training and fine-tuning of a network);
-- :mod:`~dyntc.classifier.calibration`: temperature, calibration error, out-of-scope threshold;
+- :mod:`~dyntc.classifier.calibration`: temperature, calibration error, out-of-scope threshold, and
+  :mod:`~dyntc.classifier.rejection`: calibrate and the kept out-of-scope examples' push on a classifier;
 - :mod:`~dyntc.classifier.store`: the versioned, locked, crash-safe store of a model directory
   (shared by the library, the CLI and the HTTP service), and :mod:`~dyntc.classifier.saving`:
   the classifier committed to and rebuilt from it;

@@ -32,7 +32,6 @@ texts embedded earlier keep their points.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -44,15 +43,13 @@ import torch
 
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from dyntc.classifier import answers, hygiene, replay, saving, suggestions, trainer, tuning
+from dyntc.classifier import answers, hygiene, rejection, replay, saving, suggestions, trainer, tuning
 from dyntc.classifier import discovery as _discovery
 from dyntc.classifier.calibration import (
-    OOS_WEIGHT, Calibration, check_max_drop, check_oos_weight, check_threshold, fit_calibration, oos_pull,
-    require_calibration,
+    OOS_WEIGHT, Calibration, check_max_drop, check_oos_weight, check_threshold, require_calibration,
 )
 from dyntc.classifier.labels import LabelSet, check_examples
-from dyntc.classifier.head import normalize
-from dyntc.classifier.live_head import LiveHead, adopt, features
+from dyntc.classifier.live_head import LiveHead, adopt
 from dyntc.classifier.space import MetricSpace
 from dyntc.classifier.params import (
     check_new_params, encoder_options, network_options, space_options, train_config, training_mode, validate_params,
@@ -569,20 +566,10 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
 
     def _scores(self, texts: Sequence[str], *, leave_one_out: bool = False) -> torch.Tensor:
         """Scores of `texts` for every label, ``(n, n_classes)`` float64 (higher = better), ``classes_`` order,
-        lowered for the calibration's out-of-scope examples; with `leave_one_out` a text that is one of
-        them is not pushed by itself (to measure the rejection on the examples)."""
+        lowered for the calibration's out-of-scope examples (:mod:`~dyntc.classifier.rejection`)."""
         self._check_fitted()
         texts = check_examples(as_texts(texts), "texts", allow_empty=True)
-        scores, points = self._unshifted_scores(texts)
-        cal = self._calibration()
-        if cal is None or not cal.oos_weight or not texts:
-            return scores
-        examples = self._oos_directions(cal)
-        own = None
-        if leave_one_out:
-            at = {text: i for i, text in enumerate(cal.oos_examples)}
-            own = torch.tensor([at.get(text, -1) for text in texts])
-        return scores - self._oos_shift(oos_pull(self._directions(points), examples, own), cal.oos_weight)[:, None]
+        return rejection.pushed(self, *self._unshifted_scores(texts), texts, leave_one_out)
 
     def _unshifted_scores(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, points)`` of checked `texts`: the scores before any out-of-scope examples' push."""
@@ -595,31 +582,11 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         scores = -labels.sq_distances(points).double() if live is None else live.scores(labels, points)
         return self._targets.public(scores, labels.classes), points  # label-set name order -> classes_ order
 
-    def _directions(self, points: torch.Tensor) -> torch.Tensor:
-        """Unit directions of `points` in the encoder's space (what the cosine head and the pull compare)."""
-        return torch.from_numpy(normalize(features(self.space_, points)))
-
-    def _oos_directions(self, cal: Calibration) -> torch.Tensor:
-        """The directions of `cal`'s out-of-scope examples under the current backbone (embedded once)."""
-        cached = self.__dict__.get("_oos_cache")  # carried by copy() and load(base=...) while the backbone stays
-        if cached is None or cached[0] is not self.space_ or cached[1] != cal.oos_examples:
-            cached = (self.space_, cal.oos_examples, self._directions(self.space_.embed(list(cal.oos_examples))))
-            self.__dict__["_oos_cache"] = cached
-        return cached[2]
-
     def warm(self) -> Self:
         """Embed now what the first prediction would otherwise wait for: the calibration's out-of-scope
         examples (a service calls this on a version it has just read, before serving it)."""
-        cal = self._calibration()
-        if cal is not None and cal.oos_weight:
-            self._oos_directions(cal)
+        rejection.warm(self)
         return self
-
-    def _oos_shift(self, pull: torch.Tensor, weight: float) -> torch.Tensor:
-        """The score each label loses for `pull`: the squared distance grows by ``2 · weight · pull``,
-        which the cosine head's scores (``d² = 2 − 2 s / scale``) carry scaled by ``scale / 2``."""
-        live = self._live_head()
-        return 2 * weight * pull * (1.0 if live is None else live.config.scale / 2)
 
     def squared_distances(self, scores: torch.Tensor | np.ndarray) -> torch.Tensor:
         """The squared distances that :meth:`label_scores` stand for, ``(n, n_classes)``:
@@ -757,37 +724,9 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         fitted and measured (expected calibration error before/after, accuracies, OOS recall, each
         example left out of its own push) is in ``calibration_``; it is saved with the classifier."""
         self._check_fitted()
-        max_drop = check_max_drop(max_accuracy_drop)
-        fixed = None if threshold is None else check_threshold(threshold)
-        weight = check_oos_weight(oos_weight)
-        texts, labels = trainer.check_pairs(*self._targets.encoded(texts, labels))
-        index = {self._targets.name(c): i for i, c in enumerate(self.classes_)}
-        unknown = sorted(set(labels) - index.keys())
-        if unknown:
-            raise DyntcError(f"calibration labels {unknown[:5]} are not in the label set: add them with add_label "
-                             "or leave those texts out (out-of-scope texts go in oos_texts)")
-        oos = [] if oos_texts is None else check_examples(as_texts(oos_texts), "oos_texts", allow_empty=True)
-        scores, points = self._unshifted_scores(texts)
-        oos_scores, oos_points = self._unshifted_scores(oos)
-        examples = tuple(dict.fromkeys(oos)) if weight else ()
-        if examples:
-            at = {text: i for i, text in enumerate(examples)}
-            first = {}
-            for i, text in enumerate(oos):
-                first.setdefault(text, i)
-            directions = self._directions(oos_points)[[first[text] for text in examples]]
-            scores = scores - self._oos_shift(oos_pull(self._directions(points), directions), weight)[:, None]
-            own = torch.tensor([at[text] for text in oos])  # each example left out of its own push
-            oos_scores = oos_scores - self._oos_shift(oos_pull(self._directions(oos_points), directions, own),
-                                                      weight)[:, None]
-        cal = fit_calibration(self.squared_distances(scores), torch.tensor([index[label] for label in labels]),
-                              self.squared_distances(oos_scores) if oos else None, max_accuracy_drop=max_drop,
-                              threshold=fixed, prior_temperature=self.prior_temperature_, scores=scores,
-                              scorer=self._scorer())
-        self.calibration_ = dataclasses.replace(cal, oos_examples=examples, oos_weight=weight if examples else 0.0)
-        if examples:
-            self.__dict__["_oos_cache"] = (self.space_, examples, directions)
-        self._labels.log.append({"op": "calibrate", "texts": len(texts), "oos_texts": len(oos)})
+        self.calibration_ = rejection.calibrate(
+            self, texts, labels, oos_texts, max_accuracy_drop=check_max_drop(max_accuracy_drop),
+            threshold=None if threshold is None else check_threshold(threshold), oos_weight=check_oos_weight(oos_weight))
         return self
 
     @recorded
@@ -799,11 +738,7 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         push can only take in-scope texts near these examples past the threshold); calibrate again on
         held-out texts to refit them. The console's inbox calls this for captured texts marked out of
         scope."""
-        cal = self.require_calibration("add_out_of_scope")
-        texts = check_examples(as_texts(texts), "texts")
-        examples = tuple(dict.fromkeys(cal.oos_examples + tuple(texts)))
-        self.calibration_ = dataclasses.replace(cal, oos_examples=examples, oos_weight=cal.oos_weight or OOS_WEIGHT)
-        self._labels.log.append({"op": "add_out_of_scope", "texts": len(examples) - len(cal.oos_examples)})
+        self.calibration_ = rejection.with_examples(self, texts)
         return self
 
     # ------------------------------------------------------------------ persistence (classifier/saving.py)
