@@ -29,8 +29,7 @@ the report gives its training time and what its version stored. ``product:oos=tr
 with ``tune``: ``product:tune=600,oos=train``) measures the out-of-scope block twice on the same
 classifier: as it is, then after ``calibrate`` on the evaluated data set's dev split with CLINC150's
 100 out-of-scope training texts as the kept examples (``oos_weight=W`` sets calibrate's weight,
-``oos_neighbours=K`` the number of nearest examples averaged, for the rest of the run: give it to a
-run's only ``oos`` approach). The others work on the cached embeddings.
+``oos_neighbours=K`` the number of nearest examples averaged, while that approach is measured). The others work on the cached embeddings.
 
 ``--split dev`` scores CLINC150's val split and HWU64's valid split (designs are chosen there);
 ``--split test`` the official test splits (reported figures only). Embeddings are computed once with
@@ -45,6 +44,7 @@ default list: it fine-tunes the encoder for ~10 minutes per training set on a 2-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -379,15 +379,24 @@ class Product(Approach):
             self.clf = DynamicClassifier.load(path)  # the tuned version, as a replica would load it
             self.tune_info = {**report.to_dict(), "store_growth_bytes": store.size_bytes() - before}
 
+    @contextlib.contextmanager
+    def oos_neighbours_set(self):
+        """The product's OOS_NEIGHBOURS set to ``oos_neighbours`` (a trial of another count) while inside."""
+        from dyntc.classifier import calibration
+
+        default = calibration.OOS_NEIGHBOURS
+        calibration.OOS_NEIGHBOURS = self.oos_neighbours or default
+        try:
+            yield
+        finally:
+            calibration.OOS_NEIGHBOURS = default
+
     def keep_oos_examples(self, data):
         """``calibrate`` on the dev split with the data set's out-of-scope training texts as examples."""
         from dyntc.protocol.data.datasets import clinc150_out_of_scope
 
         if data.name != "clinc150":
             raise SystemExit("product option oos=train needs CLINC150's out-of-scope training texts: use it on clinc150")
-        if self.oos_neighbours is not None:  # a trial of another count: set for the rest of this process
-            from dyntc.classifier import calibration
-            calibration.OOS_NEIGHBOURS = self.oos_neighbours
         self.clf.calibrate(data.dev.texts, [self.name(c) for c in data.dev.y], clinc150_out_of_scope("train"),
                            **self.oos_weight)
 
@@ -576,8 +585,9 @@ def oos_block(ap, data, split):
     if not getattr(ap, "oos_examples", False):
         return oos_measures(ap, data, split, sets)
     before = oos_measures(ap, data, split, sets)  # the same classifier before and after keeping the examples
-    ap.keep_oos_examples(data)
-    return {**oos_measures(ap, data, split, sets), "without_examples": before}
+    with ap.oos_neighbours_set():
+        ap.keep_oos_examples(data)
+        return {**oos_measures(ap, data, split, sets), "without_examples": before}
 
 
 def oos_measures(ap, data, split, sets):
