@@ -183,7 +183,7 @@ def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new:
     from sklearn.cluster import AgglomerativeClustering, KMeans
 
     from dyntc.classifier import clustering as cl
-    from dyntc.classifier.discovery import MODE_SETTINGS, SHRINK, WORDS_WEIGHT
+    from dyntc.classifier.discovery import MIN_CLUSTER_SIZE, MODE_SETTINGS, SHRINK, WORDS_WEIGHT
 
     train_x = cl.unit(clf_encode(labelled[0] + unlabelled))
     test_x = cl.unit(clf_encode(test_texts))
@@ -205,8 +205,8 @@ def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new:
         test_x = cl.joined(test_x, lexical[len(train_x):], weight)
     w = cl.adapt_metric(train_x[:len(ky)], ky, SHRINK)
     lab_w, unl_w = cl.unit(train_x[:len(ky)] @ w), cl.unit(train_x[len(ky):] @ w)
-    _, centres, _ = cl.seeded_kmeans(unl_w, lab_w, ky, len(known), n_new, seed=seed,
-                                     n_init=MODE_SETTINGS["default"]["n_init"])
+    _, centres, _ = cl.seeded_kmeans(unl_w, lab_w, ky, len(known), n_new, seed=seed, min_size=MIN_CLUSTER_SIZE,
+                                     **MODE_SETTINGS["default"])
     out["metric"] = (cl.unit(test_x @ w) @ centres.T).argmax(1).tolist()
     return out
 

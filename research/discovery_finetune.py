@@ -99,12 +99,12 @@ def cluster_rows(x_lab, ky, x_unl, x_eval, n_known: int, n_new: int, seed: int):
     """discover's pipeline with ``n_new`` given: the assignment of the unlabelled texts and of `x_eval`
     (to the centres, in the adapted metric)."""
     from dyntc.classifier import clustering as cl
-    from dyntc.classifier.discovery import MODE_SETTINGS, SHRINK
+    from dyntc.classifier.discovery import MIN_CLUSTER_SIZE, MODE_SETTINGS, SHRINK
 
     w = cl.adapt_metric(cl.unit(x_lab), ky, SHRINK)
     lab_w, unl_w = cl.unit(x_lab @ w), cl.unit(x_unl @ w)
-    assign, centres, _ = cl.seeded_kmeans(unl_w, lab_w, ky, n_known, n_new, seed=seed,
-                                          n_init=MODE_SETTINGS["default"]["n_init"])
+    assign, centres, _ = cl.seeded_kmeans(unl_w, lab_w, ky, n_known, n_new, seed=seed, min_size=MIN_CLUSTER_SIZE,
+                                          **MODE_SETTINGS["default"])
     return assign, (cl.unit(x_eval @ w) @ centres.T).argmax(1)
 
 

@@ -9,9 +9,15 @@ protocol) with one of the seedings it replaced in its place; its tables go to
 
 * ``plain-cos2``: one candidate drawn with probability proportional to ``(1 - cos)²`` (the square of
   the squared distance: far points weigh much more), ``discover``'s seeding until 2026-11-29;
-* ``plain``: one candidate drawn with probability proportional to ``1 - cos`` (plain k-means++).
+* ``plain``: one candidate drawn with probability proportional to ``1 - cos`` (plain k-means++);
+* ``greedy``: discover's own seeding, unchanged (with ``--no-swaps``, to rerun the runs measured
+  before the swap search).
 
-    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 --split dev --no-baselines
+``--no-swaps`` turns off the swap search that follows the seeding in the default mode
+(``clustering.swap_search``, added 2026-11-29): with it, a run measured before then reruns as it was.
+
+    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 --no-swaps --split dev --no-baselines
+    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding greedy --no-swaps --datasets clinc150 --kcr 0.75
     DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 \
         --script research/discovery_finetune.py --dataset stackoverflow --seed 0 --budget 360 --words-weight 0
 
@@ -28,7 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 #: seeding name -> the power of ``1 - cos`` a candidate is drawn by
-SEEDINGS = {"plain-cos2": 2, "plain": 1}
+SEEDINGS = {"plain-cos2": 2, "plain": 1, "greedy": None}
 
 
 def plain_plus_plus(points: np.ndarray, centroids: np.ndarray, n: int, rng: np.random.Generator,
@@ -64,29 +70,35 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     seeding = _take(argv, "--seeding")
     if seeding is None:
-        raise SystemExit(f"usage: research/discovery_seeding.py --seeding {{{','.join(SEEDINGS)}}} "
+        raise SystemExit(f"usage: research/discovery_seeding.py --seeding {{{','.join(SEEDINGS)}}} [--no-swaps] "
                          "[--script SCRIPT.py] [the script's options; bench.discovery's by default]")
     if seeding not in SEEDINGS:
         raise SystemExit(f"--seeding {seeding!r}: choose one of {', '.join(SEEDINGS)}")
     script = _take(argv, "--script")
     if script is not None and not Path(script).is_file():
         raise SystemExit(f"--script {script}: no such file")
+    no_swaps = "--no-swaps" in argv
+    if no_swaps:
+        argv.remove("--no-swaps")
     sys.path.insert(0, str(ROOT))
-    from dyntc.classifier import clustering
+    from dyntc.classifier import clustering, discovery
 
     power = SEEDINGS[seeding]
-    clustering._plus_plus = lambda points, centroids, n, rng: plain_plus_plus(points, centroids, n, rng, power)
+    if power is not None:
+        clustering._plus_plus = lambda points, centroids, n, rng: plain_plus_plus(points, centroids, n, rng, power)
+    if no_swaps:
+        discovery.MODE_SETTINGS["default"]["swaps"] = False
     if script is not None:
         import runpy
 
         sys.argv = [script, *argv]
         runpy.run_path(script, run_name="__main__")
         return
-    from bench import discovery
+    from bench import discovery as bench_discovery
 
-    discovery.OUT = ROOT / "runs" / f"discovery-seeding-{seeding}"
+    bench_discovery.OUT = ROOT / "runs" / f"discovery-seeding-{seeding}{'-no-swaps' if no_swaps else ''}"
     sys.argv = ["research/discovery_seeding.py", *argv]
-    discovery.main()
+    bench_discovery.main()
 
 
 if __name__ == "__main__":

@@ -277,3 +277,47 @@ def test_seeding_passes_over_a_stray_text():
     for seed in range(20):
         new = _plus_plus(points, axes[:1], 1, np.random.default_rng(seed))
         assert float(new[0] @ axes[1]) > 0.9
+
+
+def test_swap_estimates_equal_the_objective_change_by_hand():
+    """With the centroids held, the gain of adding a candidate and the loss of removing a new centroid
+    are the summed nearest cosines after minus before, computed by brute force."""
+    from dyntc.classifier.clustering import swap_estimates, unit
+
+    rng = np.random.default_rng(0)
+    points, centroids, candidates = (unit(rng.normal(size=(n, 5))) for n in (40, 5, 4))
+    n_known = 2
+    gain, loss = swap_estimates(points, centroids, n_known, candidates)
+    total = float((points @ centroids.T).max(1).sum())
+    for i, c in enumerate(candidates):
+        added = np.concatenate([centroids, c[None]])
+        assert gain[i] == pytest.approx(float((points @ added.T).max(1).sum()) - total, abs=1e-4)
+    for j in range(len(centroids) - n_known):
+        removed = np.delete(centroids, n_known + j, axis=0)
+        assert loss[j] == pytest.approx(total - float((points @ removed.T).max(1).sum()), abs=1e-4)
+
+
+def test_swap_search_frees_a_new_group_inside_a_known_label():
+    """A known label on axis 0 holding its texts and, at 60 degrees, a new group no centroid was seeded
+    near; two new centroids split one tight group on axis 2. Lloyd's iterations keep that state; the
+    swap search moves one of the two into the new group and lets the other hold the whole tight group."""
+    from dyntc.classifier.clustering import lloyd, swap_search, unit
+
+    rng = np.random.default_rng(0)
+    axes = np.eye(3, dtype=np.float32)
+    new_group = unit(np.array([[0.5, np.sqrt(0.75), 0.0]], np.float32))[0]
+
+    def group(centre, n):
+        return unit(centre + 0.03 * rng.normal(size=(n, 3)))
+
+    points = np.concatenate([group(axes[0], 20), group(new_group, 20), group(axes[2], 20)]).astype(np.float32)
+    known, known_y = group(axes[0], 5).astype(np.float32), np.zeros(5, np.int64)
+    both = np.concatenate([points, known])
+    start = unit(np.array([axes[0], axes[2] + 0.05 * axes[1], axes[2] - 0.05 * axes[1]], np.float32))
+    stuck = lloyd(points, both, known_y, start)
+    assert (stuck[0][20:40] == 0).all()  # the new group stays in the known label
+    assign, centroids, objective = swap_search(points, both, known_y, 1, stuck, np.random.default_rng(1))
+    assert objective > stuck[2]
+    assert (assign[:20] == 0).all() and len(set(assign[20:40])) == 1 and len(set(assign[40:])) == 1
+    assert len({0, int(assign[20]), int(assign[40])}) == 3
+    assert float(centroids[assign[20]] @ new_group) > 0.99

@@ -175,9 +175,40 @@ def test_former_seeding_draws_only_where_the_distance_is_positive():
         new = plain_plus_plus(points, axes[:1], 1, np.random.default_rng(0), power)
         assert np.array_equal(new, axes[1:2])
     assert plain_plus_plus(points, axes[:0], 3, np.random.default_rng(0)).shape == (3, 3)
-    with pytest.raises(SystemExit, match="choose one of plain-cos2, plain"):
-        main(["--seeding", "greedy"])
+    with pytest.raises(SystemExit, match="choose one of plain-cos2, plain, greedy"):
+        main(["--seeding", "random"])
     with pytest.raises(SystemExit, match="usage"):
         main(["--split", "dev"])
     with pytest.raises(SystemExit, match="no such file"):
         main(["--seeding", "plain", "--script", "research/no_such_probe.py"])
+
+
+def test_no_swaps_runs_discover_without_its_swap_search(tmp_path, monkeypatch):
+    """research/discovery_seeding.py --no-swaps: the script it runs sees the default mode without the
+    swap search (a run measured before it reruns as it was); without the flag, with it."""
+    from discovery_seeding import main
+
+    from dyntc.classifier import clustering, discovery
+
+    monkeypatch.setitem(discovery.MODE_SETTINGS, "default", dict(discovery.MODE_SETTINGS["default"]))
+    monkeypatch.setattr(clustering, "_plus_plus", clustering._plus_plus)
+    script, out = tmp_path / "probe.py", tmp_path / "swaps.txt"
+    script.write_text("import sys\nfrom dyntc.classifier.discovery import MODE_SETTINGS\n"
+                      "open(sys.argv[1], 'a').write(str(MODE_SETTINGS['default']['swaps']))\n")
+    main(["--seeding", "greedy", "--script", str(script), str(out)])
+    main(["--seeding", "greedy", "--no-swaps", "--script", str(script), str(out)])
+    assert out.read_text() == "TrueFalse"
+
+
+def test_absorbed_report_counts_new_intents_inside_known_labels():
+    """research/discovery_absorbed.py: of a new intent's 4 texts, 3 in the known label "alarm" (absorbed),
+    of another's 3, 1 in a known label and 2 in a new cluster (not absorbed); known texts right 2 of 3."""
+    from discovery_absorbed import absorbed_report
+
+    truth = {f"t{i}": y for i, y in enumerate(["timer"] * 4 + ["song"] * 3 + ["alarm"] * 3)}
+    texts = list(truth)
+    assignments = ["alarm", "alarm", "alarm", "c1", "alarm", "c2", "c2", "alarm", "alarm", None]
+    report = absorbed_report(truth, {"alarm"}, texts, assignments)
+    assert report["absorbed"] == ["timer"] and report["new_intents"] == 2
+    assert report["new_texts_in_known"] == pytest.approx(4 / 7)
+    assert report["known_texts_right"] == pytest.approx(2 / 3)

@@ -215,7 +215,9 @@ def test_the_cache_runs_the_frozen_layers_in_eval_mode_once_per_text():
     first, again = collate(range(len(items))), collate(range(len(items)))
     assert 0 < collate.nbytes <= bound and 0 < len(collate.states) < len(set(map(tuple, map(list, items))))
     assert collate.computed == 2 * len(items) - len(collate.states)  # the kept ones are not computed twice
-    torch.testing.assert_close(first["hidden_states"], again["hidden_states"], atol=0, rtol=0)
+    # texts past the bound are computed again in another batch: equal up to the float kernels' ~1e-6
+    # (AVX-512 CPUs); dropout left on would move them by ~0.1
+    torch.testing.assert_close(first["hidden_states"], again["hidden_states"], atol=1e-5, rtol=0)
     for i, x in enumerate(items):
         torch.testing.assert_close(first["hidden_states"][i, :len(x)], reference[i, :len(x)], atol=1e-5, rtol=0)
     assert enc.training and enc.backbone.training  # the modes the caller set are left as they were
