@@ -15,7 +15,11 @@ their imprinted prototypes). ``--adapt-s SECONDS`` adds ``ours:adapted``: the sa
 ``discover(..., adapt_s=SECONDS)`` (a copy of the backbone's top layers fine-tuned on the texts first,
 classifier/discovery_tuning.py). ``--tune-s SECONDS`` adds ``ours:tuned``: ``ours`` with the accepted
 model saved, tuned by ``tune_saved(store, SECONDS)`` (the backbone's top layers fine-tuned on every
-stored example, the accepted clusters' texts included) and its new version loaded before ``predict``. ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
+stored example, the accepted clusters' texts included) and its new version loaded before ``predict``.
+``--fit-s SECONDS`` adds ``ours:backbone``: ``ours`` (``n_new`` given) with
+``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
+fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
+first stage of DeepAligned and MTP-CLNN trains on the known intents). ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
 encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
 split instead of the test split, to compare settings without looking at the test split. Baselines
 in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
@@ -148,11 +152,12 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
 
 
 def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None,
-                words_weight: float | None = None, tune_s: float | None = None):
+                words_weight: float | None = None, tune_s: float | None = None, fit_s: float | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
-    clf = DynamicClassifier(seed=seed, head=HEAD).fit(*labelled)
+    fine_tuned = {} if fit_s is None else {"train": "backbone", "time_budget_s": fit_s}
+    clf = DynamicClassifier(seed=seed, head=HEAD, **fine_tuned).fit(*labelled)
     found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
                          **({} if words_weight is None else {"words_weight": words_weight}))
     clf.accept(found, add_examples=ADD_EXAMPLES)
@@ -246,10 +251,13 @@ def run_discovery(args) -> list[dict]:
                     runs.append(("ours:adapted", n_new, args.adapt_s))
                 if args.tune_s is not None:
                     runs.append(("ours:tuned", n_new, None))
+                if args.fit_s is not None:
+                    runs.append(("ours:backbone", n_new, None))
                 for tag, given, adapt_s in runs:
                     pred, found, seconds = run_product(labelled, unlabelled, evaluated.texts, given, args.mode, seed,
                                                        adapt_s, args.words_weight,
-                                                       args.tune_s if tag == "ours:tuned" else None)
+                                                       args.tune_s if tag == "ours:tuned" else None,
+                                                       args.fit_s if tag == "ours:backbone" else None)
                     row[tag] = {"scores": scores(evaluated.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
                                 "discover_seconds": found.seconds}
@@ -259,8 +267,9 @@ def run_discovery(args) -> list[dict]:
                     if tag == "ours:adapted":
                         print(f"{name} kcr={kcr} seed={seed}: adapted {fmt(row[tag]['scores'])} ({seconds:.0f}s, "
                               f"{found.settings['adapt_steps']} steps in {found.settings['adapt_train_s']} s)", flush=True)
-                    if tag == "ours:tuned":
-                        print(f"{name} kcr={kcr} seed={seed}: tuned {fmt(row[tag]['scores'])} ({seconds:.0f}s)", flush=True)
+                    if tag in ("ours:tuned", "ours:backbone"):
+                        print(f"{name} kcr={kcr} seed={seed}: {tag[5:]} {fmt(row[tag]['scores'])} ({seconds:.0f}s)",
+                              flush=True)
                 if not args.no_baselines:
                     for tag, pred in baselines(encode, unlabelled, labelled, evaluated.texts, n_total, n_new,
                                                seed, args.words_weight).items():
@@ -340,7 +349,7 @@ def mean_std(values: list[tuple]) -> str:
     return " / ".join(f"{m:.1f}±{s:.1f}" for m, s in zip(a.mean(0), a.std(0)))
 
 
-def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "metric", "seeded", "kmeans",
+def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "ours:backbone", "metric", "seeded", "kmeans",
                                         "agglo")) -> str:
     lines = ["| dataset | KCR | method | NMI / ARI / ACC (mean ± std) | n_new est. (true) | s / run (of which discover) |",
              "|---|---:|---|---|---|---:|"]
@@ -463,6 +472,9 @@ def main() -> None:
     parser.add_argument("--tune-s", type=float, default=None,
                         help="also run ours with the accepted labels' model tuned (tune_saved) for SECONDS before "
                              "predict: the row ours:tuned")
+    parser.add_argument("--fit-s", type=float, default=None,
+                        help="also run ours with fit(train='backbone', time_budget_s=SECONDS): the backbone's top layers "
+                             "fine-tuned on the labelled texts before discover; the row ours:backbone")
     parser.add_argument("--words-weight", type=float, default=None,
                         help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
     parser.add_argument("--split", default="test", choices=("test", "dev"),
@@ -487,6 +499,7 @@ def main() -> None:
     args.seeds = [int(s) for s in args.seeds.split(",")]
     header = (f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, CPU {cpu_name()} "
               f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}, adapt_s {args.adapt_s}, "
+              f"tune_s {args.tune_s}, fit_s {args.fit_s}, "
               f"words_weight {'default' if args.words_weight is None else args.words_weight}, split {args.split}")
     print(header, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -505,6 +518,7 @@ def main() -> None:
         kcrs = "-".join(f"{k:g}" for k in args.kcr)
         adapted = "" if args.adapt_s is None else f"-adapt{args.adapt_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         adapted += "" if args.tune_s is None else f"-tune{args.tune_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
+        adapted += "" if args.fit_s is None else f"-fit{args.fit_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         variant = ("" if args.words_weight is None else f"-words{args.words_weight:g}") + (
             "" if args.split == "test" else f"-{args.split}")
         path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}{variant}.json"
