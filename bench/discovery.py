@@ -19,8 +19,8 @@ stored example, the accepted clusters' texts included) and its new version loade
 ``--fit-s SECONDS`` adds ``ours:backbone``: ``ours`` (``n_new`` given) with
 ``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
-first stage of DeepAligned and MTP-CLNN trains on the known intents). ``--words-weight W`` runs discover with ``words_weight=W`` (0: the
-encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
+first stage of DeepAligned and MTP-CLNN trains on the known intents). ``--words-weight W`` runs discover
+with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
 split instead of the test split, to compare settings without looking at the test split. Baselines
 in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
 on all training texts, test texts assigned to the nearest centre),
@@ -349,8 +349,8 @@ def mean_std(values: list[tuple]) -> str:
     return " / ".join(f"{m:.1f}±{s:.1f}" for m, s in zip(a.mean(0), a.std(0)))
 
 
-def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "ours:backbone", "metric", "seeded", "kmeans",
-                                        "agglo")) -> str:
+def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "ours:backbone", "metric",
+                                        "seeded", "kmeans", "agglo")) -> str:
     lines = ["| dataset | KCR | method | NMI / ARI / ACC (mean ± std) | n_new est. (true) | s / run (of which discover) |",
              "|---|---:|---|---|---|---:|"]
     keys = sorted({(r["dataset"], r["kcr"]) for r in rows}, key=lambda k: (DATASETS.index(k[0]), k[1]))
