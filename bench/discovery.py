@@ -20,8 +20,8 @@ stored example, the accepted clusters' texts included) and its new version loade
 ``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
 first stage of DeepAligned and MTP-CLNN trains on the known intents). ``--words-weight W`` runs discover
-with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors); ``--split dev`` clusters the dev
-split instead of the test split, to compare settings without looking at the test split. Baselines
+with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors);
+``--split dev`` clusters the dev split instead of the test split, to compare settings without looking at the test split. Baselines
 in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
 on all training texts, test texts assigned to the nearest centre),
 ``agglo`` (Ward agglomerative clustering of the test texts), ``seeded`` (spherical k-means seeded with
@@ -473,8 +473,8 @@ def main() -> None:
                         help="also run ours with the accepted labels' model tuned (tune_saved) for SECONDS before "
                              "predict: the row ours:tuned")
     parser.add_argument("--fit-s", type=float, default=None,
-                        help="also run ours with fit(train='backbone', time_budget_s=SECONDS): the backbone's top layers "
-                             "fine-tuned on the labelled texts before discover; the row ours:backbone")
+                        help="also run ours with fit(train='backbone', time_budget_s=SECONDS): the backbone's top "
+                             "layers fine-tuned on the labelled texts before discover; the row ours:backbone")
     parser.add_argument("--words-weight", type=float, default=None,
                         help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
     parser.add_argument("--split", default="test", choices=("test", "dev"),
