@@ -21,8 +21,8 @@ stored example, the accepted clusters' texts included) and its new version loade
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
 first stage of DeepAligned and MTP-CLNN trains on the known intents). ``--words-weight W`` runs discover
 with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors);
-``--split dev`` clusters the dev split instead of the test split, to compare settings without looking at the test split. Baselines
-in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
+``--split dev`` clusters the dev split instead of the test split, to compare settings without looking
+at the test split. Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
 on all training texts, test texts assigned to the nearest centre),
 ``agglo`` (Ward agglomerative clustering of the test texts), ``seeded`` (spherical k-means seeded with
 the known labels' prototypes, labelled texts fixed; no metric adaptation), ``metric`` (discover's
