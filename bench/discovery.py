@@ -484,6 +484,9 @@ def main() -> None:
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
                                                                 "and exit")
     args = parser.parse_args()
+    for flag, budget in (("--adapt-s", args.adapt_s), ("--tune-s", args.tune_s), ("--fit-s", args.fit_s)):
+        if budget is not None and not budget > 0:  # before minutes of other runs, not after them
+            parser.error(f"{flag} takes a number of seconds > 0, got {budget:g}")
     if args.table:
         rows = []
         for path in args.table:
