@@ -19,7 +19,8 @@ stored example, the accepted clusters' texts included) and its new version loade
 ``--fit-s SECONDS`` adds ``ours:backbone``: ``ours`` (``n_new`` given) with
 ``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
-first stage of DeepAligned and MTP-CLNN trains on the known intents). ``--words-weight W`` runs discover
+first stage of DeepAligned and MTP-CLNN trains on the known intents); with ``--fit-layers N`` the top N
+transformer layers are trained (``encoder_options={"train_layers": N}``) instead of the default two. ``--words-weight W`` runs discover
 with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors);
 ``--split dev`` clusters the dev split instead of the test split, to compare settings without looking
 at the test split. Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
@@ -152,11 +153,14 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
 
 
 def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None,
-                words_weight: float | None = None, tune_s: float | None = None, fit_s: float | None = None):
+                words_weight: float | None = None, tune_s: float | None = None, fit_s: float | None = None,
+                fit_layers: int | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
     fine_tuned = {} if fit_s is None else {"train": "backbone", "time_budget_s": fit_s}
+    if fit_s is not None and fit_layers is not None:  # more of the backbone's top layers trained than its default
+        fine_tuned["encoder_options"] = {"train_layers": fit_layers}
     clf = DynamicClassifier(seed=seed, head=HEAD, **fine_tuned).fit(*labelled)
     found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
                          **({} if words_weight is None else {"words_weight": words_weight}))
@@ -257,7 +261,8 @@ def run_discovery(args) -> list[dict]:
                     pred, found, seconds = run_product(labelled, unlabelled, evaluated.texts, given, args.mode, seed,
                                                        adapt_s, args.words_weight,
                                                        args.tune_s if tag == "ours:tuned" else None,
-                                                       args.fit_s if tag == "ours:backbone" else None)
+                                                       args.fit_s if tag == "ours:backbone" else None,
+                                                       args.fit_layers)
                     row[tag] = {"scores": scores(evaluated.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
                                 "discover_seconds": found.seconds}
@@ -475,6 +480,9 @@ def main() -> None:
     parser.add_argument("--fit-s", type=float, default=None,
                         help="also run ours with fit(train='backbone', time_budget_s=SECONDS): the backbone's top "
                              "layers fine-tuned on the labelled texts before discover; the row ours:backbone")
+    parser.add_argument("--fit-layers", type=int, default=None,
+                        help="with --fit-s: fit(..., encoder_options={'train_layers': N}), the top N transformer "
+                             "layers trained instead of the default 2")
     parser.add_argument("--words-weight", type=float, default=None,
                         help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
     parser.add_argument("--split", default="test", choices=("test", "dev"),
@@ -487,6 +495,9 @@ def main() -> None:
     for flag, budget in (("--adapt-s", args.adapt_s), ("--tune-s", args.tune_s), ("--fit-s", args.fit_s)):
         if budget is not None and not budget > 0:  # before minutes of other runs, not after them
             parser.error(f"{flag} takes a number of seconds > 0, got {budget:g}")
+    if args.fit_layers is not None and (args.fit_s is None or not 1 <= args.fit_layers <= 6):
+        parser.error(f"--fit-layers takes 1 to 6 (MiniLM's layers) and applies with --fit-s, got {args.fit_layers}"
+                     + ("" if args.fit_s is not None else " without --fit-s"))
     if args.table:
         rows = []
         for path in args.table:
@@ -502,7 +513,7 @@ def main() -> None:
     args.seeds = [int(s) for s in args.seeds.split(",")]
     header = (f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, CPU {cpu_name()} "
               f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}, adapt_s {args.adapt_s}, "
-              f"tune_s {args.tune_s}, fit_s {args.fit_s}, "
+              f"tune_s {args.tune_s}, fit_s {args.fit_s}, fit_layers {args.fit_layers}, "
               f"words_weight {'default' if args.words_weight is None else args.words_weight}, split {args.split}")
     print(header, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -522,6 +533,7 @@ def main() -> None:
         adapted = "" if args.adapt_s is None else f"-adapt{args.adapt_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         adapted += "" if args.tune_s is None else f"-tune{args.tune_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         adapted += "" if args.fit_s is None else f"-fit{args.fit_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
+        adapted += "" if args.fit_layers is None else f"-layers{args.fit_layers}"
         variant = ("" if args.words_weight is None else f"-words{args.words_weight:g}") + (
             "" if args.split == "test" else f"-{args.split}")
         path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}{variant}.json"
