@@ -20,7 +20,8 @@ stored example, the accepted clusters' texts included) and its new version loade
 ``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
 first stage of DeepAligned and MTP-CLNN trains on the known intents); with ``--fit-layers N`` the top N
-transformer layers are trained (``encoder_options={"train_layers": N}``) instead of the default two. ``--words-weight W`` runs discover
+transformer layers are trained (``encoder_options={"train_layers": N}``) instead of the default two; with
+``--adapt-s`` too, its ``discover`` adapts that fine-tuned backbone first. ``--words-weight W`` runs discover
 with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors);
 ``--split dev`` clusters the dev split instead of the test split, to compare settings without looking
 at the test split. Baselines in the same run, on the same frozen embeddings: ``kmeans`` (k-means with the true number of intents
@@ -256,7 +257,7 @@ def run_discovery(args) -> list[dict]:
                 if args.tune_s is not None:
                     runs.append(("ours:tuned", n_new, None))
                 if args.fit_s is not None:
-                    runs.append(("ours:backbone", n_new, None))
+                    runs.append(("ours:backbone", n_new, args.adapt_s))  # with --adapt-s: fit, then adapt
                 for tag, given, adapt_s in runs:
                     pred, found, seconds = run_product(labelled, unlabelled, evaluated.texts, given, args.mode, seed,
                                                        adapt_s, args.words_weight,
@@ -479,7 +480,8 @@ def main() -> None:
                              "predict: the row ours:tuned")
     parser.add_argument("--fit-s", type=float, default=None,
                         help="also run ours with fit(train='backbone', time_budget_s=SECONDS): the backbone's top "
-                             "layers fine-tuned on the labelled texts before discover; the row ours:backbone")
+                             "layers fine-tuned on the labelled texts before discover (with --adapt-s, discover "
+                             "adapts it first); the row ours:backbone")
     parser.add_argument("--fit-layers", type=int, default=None,
                         help="with --fit-s: fit(..., encoder_options={'train_layers': N}), the top N transformer "
                              "layers trained instead of the default 2")
