@@ -163,6 +163,8 @@ def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, a
     if fit_s is not None and fit_layers is not None:  # more of the backbone's top layers trained than its default
         fine_tuned["encoder_options"] = {"train_layers": fit_layers}
     clf = DynamicClassifier(seed=seed, head=HEAD, **fine_tuned).fit(*labelled)
+    if clf.train_result_ is not None:  # a fit bounded by time: how far it got, as the tune below reports
+        print(f"  fit {clf.train_result_.steps} episodes in {time.perf_counter() - start:.0f} s", flush=True)
     found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
                          **({} if words_weight is None else {"words_weight": words_weight}))
     clf.accept(found, add_examples=ADD_EXAMPLES)
