@@ -21,7 +21,9 @@ How (the measurements behind each step are in docs/discovery.md):
    seeded by greedy k-means++ among the texts far from every known label
    (:func:`~dyntc.classifier.clustering.seeded_kmeans`); in the default mode, new centroids are then
    moved one at a time while the objective rises (:func:`~dyntc.classifier.clustering.swap_search`),
-   which frees new intents that Lloyd's iterations leave inside a close known label.
+   which frees new intents that Lloyd's iterations leave inside a close known label, then moved into
+   the parts of known labels' clusters that hold too few of the label's examples
+   (:func:`~dyntc.classifier.clustering.split_search`) while the objective rises.
 3. **How many.** Without ``n_new``, on the points without the words: over-cluster (twice as many
    new clusters as known labels, more while the count nears that bound, at most ``max_new``) and
    count the new clusters about as large as the known labels'
@@ -55,8 +57,10 @@ from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.errors import DyntcError, is_int, is_number
 
 MODES = ("default", "fast")
-#: per mode: restarts of the new centroids' seeding, and the swap search after them (clustering.swap_search)
-MODE_SETTINGS = {"default": {"n_init": 3, "swaps": True}, "fast": {"n_init": 1, "swaps": False}}
+#: per mode: restarts of the new centroids' seeding, and the swap and split searches after them
+#: (clustering.swap_search, clustering.split_search)
+MODE_SETTINGS = {"default": {"n_init": 3, "swaps": True, "splits": True},
+                 "fast": {"n_init": 1, "swaps": False, "splits": False}}
 MIN_CLUSTER_SIZE = 3
 SHRINK = 0.5  # of the within-label scatter towards the identity (adapt_metric)
 WORDS_WEIGHT = 0.3  # of the texts' latent-semantic vectors beside the encoder's unit points (clustering.lexical)
@@ -264,7 +268,8 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     w = cl.adapt_metric(known, known_y, SHRINK)
     x, kx = cl.unit(directions @ w), cl.unit(known @ w)
     assign, centroids, _ = cl.seeded_kmeans(x, kx, known_y, len(owners), n_new, seed=seed,
-                                            n_init=settings["n_init"], swaps=settings["swaps"], min_size=min_cluster_size)
+                                            n_init=settings["n_init"], swaps=settings["swaps"],
+                                            splits=settings["splits"], min_size=min_cluster_size)
     clusters, outcome = _clusters(labels, texts, points, x, assign, centroids, owners, min_cluster_size)
     return Discovery(texts=list(texts), clusters=clusters, assignments=outcome, n_new=int(n_new),
                      estimated=estimated, label_set=labels.classes, settings=settings,
