@@ -1,14 +1,15 @@
-"""Measured: how many of the new intents' texts ``discover`` leaves inside known labels, with and
-without its swap search.
+"""Measured: how many of the new intents' texts ``discover`` leaves inside known labels, without its
+swap search, with it, and with the split search after it.
 
 Lloyd's iterations of ``clustering.seeded_kmeans`` cannot take a new centroid into a known label's
 cluster: when no new centroid is seeded near a new intent that sits close to a known label (CLINC150's
 "timer" beside "alarm"), the label keeps the intent's texts, and the centroids spent elsewhere split
 some other intent. ``clustering.swap_search`` (the default mode) moves new centroids while the
-objective rises. This probe runs the protocol's split of ``bench/discovery.py`` (KCR, LAR 10 %, seed),
-``DynamicClassifier(seed).fit(labelled)`` and ``discover(unlabelled, n_new)`` with ``n_new`` given, once
-without the swap search and once with it, and prints, for the unlabelled training texts (no test
-text is used):
+objective rises, and ``clustering.split_search`` after it moves them into the parts of known labels'
+clusters that the labels' examples do not cover. This probe runs the protocol's split of
+``bench/discovery.py`` (KCR, LAR 10 %, seed), ``DynamicClassifier(seed).fit(labelled)`` and
+``discover(unlabelled, n_new)`` with ``n_new`` given, three times (neither search, the swap search alone,
+both: the default), and prints, for the unlabelled training texts (no test text is used):
 
 * the share of the new intents' texts assigned to a known label, and the new intents with most of
   their texts in one known label (absorbed);
@@ -79,16 +80,17 @@ def main(argv: list[str] | None = None) -> None:
         return seen["result"]
 
     clustering.seeded_kmeans = spied
-    for swaps in (False, True):
-        discovery.MODE_SETTINGS["default"] = {**default, "swaps": swaps}
+    searches = {"neither search": (False, False), "swap search": (True, False), "swap and split searches": (True, True)}
+    for name, (swaps, splits) in searches.items():
+        discovery.MODE_SETTINGS["default"] = {**default, "swaps": swaps, "splits": splits}
         try:
             found = clf.discover(unlabelled, n_new)
         finally:
             discovery.MODE_SETTINGS["default"] = default
-            clustering.seeded_kmeans = plain if swaps else spied
+            clustering.seeded_kmeans = plain  # the points are seen once
         report = absorbed_report(truth, set(known), unlabelled, found.assignments)
         nmi, ari, acc = scores([truth[t] for t in unlabelled], [str(a) for a in found.assignments])
-        print(f"swap search {'on ' if swaps else 'off'}: new intents' texts in known labels "
+        print(f"{name}: new intents' texts in known labels "
               f"{100 * report['new_texts_in_known']:.1f} %, absorbed {len(report['absorbed'])} of "
               f"{report['new_intents']} ({', '.join(report['absorbed'])}); known texts in their label "
               f"{100 * report['known_texts_right']:.1f} %; unlabelled texts NMI / ARI / ACC "

@@ -14,10 +14,14 @@ protocol) with one of the seedings it replaced in its place; its tables go to
   before the swap search).
 
 ``--no-swaps`` turns off the swap search that follows the seeding in the default mode
-(``clustering.swap_search``, added 2026-11-29): with it, a run measured before then reruns as it was.
+(``clustering.swap_search``, added 2026-11-29) and the split search after it: with it, a run measured
+before the swap search reruns as it was. ``--no-splits`` turns off the split search alone
+(``clustering.split_search``, added 2026-11-29 after the swap search): a run measured between the two
+reruns as it was.
 
     DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 --no-swaps --split dev --no-baselines
     DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding greedy --no-swaps --datasets clinc150 --kcr 0.75
+    DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding greedy --no-splits --datasets mcid
     DYNTC_DATA=/path/to/datasets python research/discovery_seeding.py --seeding plain-cos2 \
         --script research/discovery_finetune.py --dataset stackoverflow --seed 0 --budget 360 --words-weight 0
 
@@ -70,16 +74,18 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     seeding = _take(argv, "--seeding")
     if seeding is None:
-        raise SystemExit(f"usage: research/discovery_seeding.py --seeding {{{','.join(SEEDINGS)}}} [--no-swaps] "
+        raise SystemExit(f"usage: research/discovery_seeding.py --seeding {{{','.join(SEEDINGS)}}} "
+                         "[--no-swaps | --no-splits] "
                          "[--script SCRIPT.py] [the script's options; bench.discovery's by default]")
     if seeding not in SEEDINGS:
         raise SystemExit(f"--seeding {seeding!r}: choose one of {', '.join(SEEDINGS)}")
     script = _take(argv, "--script")
     if script is not None and not Path(script).is_file():
         raise SystemExit(f"--script {script}: no such file")
-    no_swaps = "--no-swaps" in argv
-    if no_swaps:
-        argv.remove("--no-swaps")
+    no_swaps, no_splits = "--no-swaps" in argv, "--no-splits" in argv
+    for flag in ("--no-swaps", "--no-splits"):
+        if flag in argv:
+            argv.remove(flag)
     sys.path.insert(0, str(ROOT))
     from dyntc.classifier import clustering, discovery
 
@@ -88,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
         clustering._plus_plus = lambda points, centroids, n, rng: plain_plus_plus(points, centroids, n, rng, power)
     if no_swaps:
         discovery.MODE_SETTINGS["default"]["swaps"] = False
+    if no_swaps or no_splits:  # the split search came after the swap search
+        discovery.MODE_SETTINGS["default"]["splits"] = False
     if script is not None:
         import runpy
 
@@ -96,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     from bench import discovery as bench_discovery
 
-    bench_discovery.OUT = ROOT / "runs" / f"discovery-seeding-{seeding}{'-no-swaps' if no_swaps else ''}"
+    suffix = "-no-swaps" if no_swaps else "-no-splits" if no_splits else ""
+    bench_discovery.OUT = ROOT / "runs" / f"discovery-seeding-{seeding}{suffix}"
     sys.argv = ["research/discovery_seeding.py", *argv]
     bench_discovery.main()
 

@@ -321,3 +321,65 @@ def test_swap_search_frees_a_new_group_inside_a_known_label():
     assert (assign[:20] == 0).all() and len(set(assign[20:40])) == 1 and len(set(assign[40:])) == 1
     assert len({0, int(assign[20]), int(assign[40])}) == 3
     assert float(centroids[assign[20]] @ new_group) > 0.99
+
+
+def _label_with_new_group(rng, n_examples=8):
+    """Unit points in 3-d: a known label on axis 0 (20 texts, `n_examples` examples drawn like them),
+    a new group of 20 at 40 degrees from it, and a tight group of 20 on axis 2."""
+    from dyntc.classifier.clustering import unit
+
+    axes = np.eye(3, dtype=np.float32)
+    new_group = unit(np.array([[np.cos(0.7), np.sin(0.7), 0.0]], np.float32))[0]
+
+    def group(centre, n):
+        return unit(centre + 0.05 * rng.normal(size=(n, 3))).astype(np.float32)
+
+    points = np.concatenate([group(axes[0], 20), group(new_group, 20), group(axes[2], 20)])
+    return points, group(axes[0], n_examples), np.zeros(n_examples, np.int64), new_group
+
+
+def test_unsupported_parts_finds_a_new_group_the_label_examples_do_not_cover():
+    """A known label's cluster holding its own 20 texts and a new group of 20: the far part holds none
+    of the label's 8 examples (p = (28/48)^8 = 0.013 that a draw of 8 from the 48 points and examples
+    misses a part of 20, under the level 0.05) and its centre is the new group's; the same label
+    holding only its own texts has no such part."""
+    from dyntc.classifier.clustering import unsupported_parts
+
+    points, known, known_y, new_group = _label_with_new_group(np.random.default_rng(0))
+    assign = np.array([0] * 40 + [1] * 20)
+    parts = unsupported_parts(points, known, known_y, 1, assign, min_size=3)
+    assert len(parts) == 1
+    p, k, centre = parts[0]
+    assert k == 0 and p == pytest.approx((28 / 48) ** 8) and float(centre @ new_group) > 0.99
+    pure = np.array([0] * 20 + [1] * 40)
+    assert unsupported_parts(points, known, known_y, 1, pure, min_size=3) == []
+
+
+def test_split_search_moves_a_new_centroid_into_the_uncovered_part():
+    """The new group left in the known label, two new centroids splitting the tight group on axis 2:
+    the split search moves one of them into the new group, the objective rises, and each of the three
+    groups ends in a cluster of its own, the known texts in the known label."""
+    from dyntc.classifier.clustering import lloyd, split_search, unit
+
+    points, known, known_y, new_group = _label_with_new_group(np.random.default_rng(0))
+    both = np.concatenate([points, known])
+    axes = np.eye(3, dtype=np.float32)
+    start = unit(np.array([axes[0] + 0.3 * axes[1], axes[2] + 0.05 * axes[1], axes[2] - 0.05 * axes[1]], np.float32))
+    stuck = lloyd(points, both, known_y, start)
+    assert (stuck[0][:40] == 0).all()  # the new group stays in the known label
+    assign, centroids, objective = split_search(points, both, known_y, 1, stuck, min_size=3)
+    assert objective > stuck[2]
+    assert (assign[:20] == 0).all() and len(set(assign[20:40])) == 1 and len(set(assign[40:])) == 1
+    assert len({0, int(assign[20]), int(assign[40])}) == 3
+    assert float(centroids[assign[20]] @ new_group) > 0.99
+
+
+def test_split_search_leaves_a_clustering_whose_known_labels_are_covered():
+    """Every known label's cluster covered by its examples: nothing to try, the result comes back as it was."""
+    from dyntc.classifier.clustering import lloyd, split_search, unit
+
+    points, known, known_y, new_group = _label_with_new_group(np.random.default_rng(0))
+    both = np.concatenate([points, known])
+    right = lloyd(points, both, known_y, unit(np.array([[1, 0, 0], new_group, [0, 0, 1]], np.float32)))
+    assign, centroids, objective = split_search(points, both, known_y, 1, right, min_size=3)
+    assert np.array_equal(assign, right[0]) and objective == right[2]

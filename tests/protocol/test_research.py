@@ -185,7 +185,8 @@ def test_former_seeding_draws_only_where_the_distance_is_positive():
 
 def test_no_swaps_runs_discover_without_its_swap_search(tmp_path, monkeypatch):
     """research/discovery_seeding.py --no-swaps: the script it runs sees the default mode without the
-    swap search (a run measured before it reruns as it was); without the flag, with it."""
+    swap search nor the split search after it (a run measured before them reruns as it was);
+    --no-splits: with the swap search, without the split search; without either flag, with both."""
     from discovery_seeding import main
 
     from dyntc.classifier import clustering, discovery
@@ -194,10 +195,14 @@ def test_no_swaps_runs_discover_without_its_swap_search(tmp_path, monkeypatch):
     monkeypatch.setattr(clustering, "_plus_plus", clustering._plus_plus)
     script, out = tmp_path / "probe.py", tmp_path / "swaps.txt"
     script.write_text("import sys\nfrom dyntc.classifier.discovery import MODE_SETTINGS\n"
-                      "open(sys.argv[1], 'a').write(str(MODE_SETTINGS['default']['swaps']))\n")
+                      "d = MODE_SETTINGS['default']\n"
+                      "open(sys.argv[1], 'a').write(f\"{d['swaps']},{d['splits']};\")\n")
     main(["--seeding", "greedy", "--script", str(script), str(out)])
     main(["--seeding", "greedy", "--no-swaps", "--script", str(script), str(out)])
-    assert out.read_text() == "TrueFalse"
+    both_on = dict(discovery.MODE_SETTINGS["default"], swaps=True, splits=True)
+    monkeypatch.setitem(discovery.MODE_SETTINGS, "default", both_on)
+    main(["--seeding", "greedy", "--no-splits", "--script", str(script), str(out)])
+    assert out.read_text() == "True,True;False,False;True,False;"
 
 
 def test_absorbed_report_counts_new_intents_inside_known_labels():
