@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> None:
             found = clf.discover(unlabelled, n_new)
         finally:
             discovery.MODE_SETTINGS["default"] = default
-            clustering.seeded_kmeans = plain  # the points are seen once
         report = absorbed_report(truth, set(known), unlabelled, found.assignments)
         nmi, ari, acc = scores([truth[t] for t in unlabelled], [str(a) for a in found.assignments])
         print(f"{name}: new intents' texts in known labels "
@@ -96,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{100 * report['known_texts_right']:.1f} %; unlabelled texts NMI / ARI / ACC "
               f"{nmi:.1f} / {ari:.1f} / {acc:.1f}; discover {found.seconds:.1f} s; objective "
               f"{seen['result'][2]:.5f}", flush=True)
+    clustering.seeded_kmeans = plain
     owners = [name for name, support in clf.labels_.items() for _ in range(support.n_parts)]
     if len(owners) != len(set(owners)):
         raise SystemExit("a known label in parts: the true partition is not defined here")
