@@ -207,7 +207,7 @@ def baselines(clf_encode, unlabelled, labelled, test_texts, n_total: int, n_new:
     ky = np.array([known.index(y) for y in labelled[1]])
     _, centres, _ = cl.seeded_kmeans(train_x[len(ky):], train_x[:len(ky)], ky, len(known), n_new, seed=seed)
     out["seeded"] = (test_x @ centres.T).argmax(1).tolist()
-    # discover's own clustering (the same words, metric, seeding, restarts and swap search), the test texts assigned to
+    # discover's own clustering (the same words, metric, seeding, restarts and searches), the test texts assigned to
     # its centres in that space instead of by the product's predict over the raw embeddings; the words'
     # vectors fitted on the training and test texts together (no label is used)
     weight = WORDS_WEIGHT if words_weight is None else words_weight
