@@ -208,34 +208,44 @@ def swap_search(points: np.ndarray, both: np.ndarray, known_y: np.ndarray, n_kno
     `min_size` points (a centroid moved onto a stray point gains by it, and is dropped as noise);
     stops at a round without one, or after ``2 · n_new`` moves. The known centroids are never moved
     by a swap: their labels' points hold them."""
-    assign, centroids, objective = result
-    n_new = len(centroids) - n_known
-
-    def proposed(assignment: np.ndarray) -> int:
-        return int((np.bincount(assignment, minlength=len(centroids))[n_known:] >= min_size).sum())
-
-    kept = proposed(assign)
+    n_new = len(result[1]) - n_known
     for _ in range(2 * n_new):
-        nearest = (points @ centroids.T).max(1)
+        nearest = (points @ result[1].T).max(1)
         weight = np.clip(1.0 - nearest, 0, None) + 1e-9
         drawn = rng.choice(len(points), size=min(SWAP_CANDIDATES, len(points)), replace=False, p=weight / weight.sum())
-        gain, loss = swap_estimates(points, centroids, n_known, points[drawn])
-        moved = False
+        gain, loss = swap_estimates(points, result[1], n_known, points[drawn])
+        moved = None
         for i in np.argsort(-gain)[:SWAP_ADDS]:
-            for j in np.argsort(loss)[:SWAP_REMOVALS]:
-                trial = centroids.copy()
-                trial[n_known + j] = points[drawn[i]]
-                candidate = lloyd(points, both, known_y, trial, max_iter)
-                if candidate[2] > objective + 1e-7 and proposed(candidate[0]) >= kept:
-                    assign, centroids, objective = candidate
-                    kept = proposed(assign)
-                    moved = True
-                    break
-            if moved:
+            moved = _moved(points, both, known_y, n_known, result, points[drawn[i]], np.argsort(loss)[:SWAP_REMOVALS],
+                           max_iter, min_size)
+            if moved is not None:
                 break
-        if not moved:
+        if moved is None:
             break
-    return assign, centroids, objective
+        result = moved
+    return result
+
+
+def _proposed(assign: np.ndarray, n_centroids: int, n_known: int, min_size: int) -> int:
+    """How many new clusters hold at least `min_size` points."""
+    return int((np.bincount(assign, minlength=n_centroids)[n_known:] >= min_size).sum())
+
+
+def _moved(points: np.ndarray, both: np.ndarray, known_y: np.ndarray, n_known: int,
+           result: tuple[np.ndarray, np.ndarray, float], centre: np.ndarray, removals: np.ndarray, max_iter: int,
+           min_size: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The move of a search: `centre` in place of new centroid ``n_known + j`` for each j of `removals` in
+    turn, then :func:`lloyd`; the first result whose objective is higher and that leaves no fewer new
+    clusters of at least `min_size` points, or None."""
+    assign, centroids, objective = result
+    kept = _proposed(assign, len(centroids), n_known, min_size)
+    for j in removals:
+        trial = centroids.copy()
+        trial[n_known + j] = centre
+        candidate = lloyd(points, both, known_y, trial, max_iter)
+        if candidate[2] > objective + 1e-7 and _proposed(candidate[0], len(centroids), n_known, min_size) >= kept:
+            return candidate
+    return None
 
 
 #: :func:`split_search`: the cheapest new centroids tried per candidate part, and the level of the test
@@ -291,36 +301,26 @@ def split_search(points: np.ndarray, both: np.ndarray, known_y: np.ndarray, n_kn
     cost least (:func:`swap_estimates`), until a move raises the objective without leaving fewer new
     clusters of at least `min_size` points; a part that failed is not tried again while its label's
     cluster keeps its size. Stops at a round without a move, or after ``2 · n_new`` moves."""
-    assign, centroids, objective = result
-    n_new = len(centroids) - n_known
+    n_new = len(result[1]) - n_known
     known = both[len(points):]
-
-    def proposed(assignment: np.ndarray) -> int:
-        return int((np.bincount(assignment, minlength=len(centroids))[n_known:] >= min_size).sum())
-
-    kept, failed = proposed(assign), set()
+    failed = set()
     for _ in range(2 * n_new):
+        assign, centroids, _ = result
         _, loss = swap_estimates(points, centroids, n_known, centroids[:1])
-        moved = False
+        moved = None
         for _, k, centre in unsupported_parts(points, known, known_y, n_known, assign, min_size=min_size):
             key = (k, int((assign == k).sum()))
             if key in failed:
                 continue
-            for j in np.argsort(loss)[:SPLIT_REMOVALS]:
-                trial = centroids.copy()
-                trial[n_known + j] = centre
-                candidate = lloyd(points, both, known_y, trial, max_iter)
-                if candidate[2] > objective + 1e-7 and proposed(candidate[0]) >= kept:
-                    assign, centroids, objective = candidate
-                    kept = proposed(assign)
-                    moved = True
-                    break
-            if moved:
+            moved = _moved(points, both, known_y, n_known, result, centre, np.argsort(loss)[:SPLIT_REMOVALS], max_iter,
+                           min_size)
+            if moved is not None:
                 break
             failed.add(key)
-        if not moved:
+        if moved is None:
             break
-    return assign, centroids, objective
+        result = moved
+    return result
 
 
 def estimate_new(points: np.ndarray, known: np.ndarray, known_y: np.ndarray, n_known: int, max_new: int, *,
