@@ -376,10 +376,11 @@ def test_split_search_moves_a_new_centroid_into_the_uncovered_part():
 
 def test_split_search_leaves_a_clustering_whose_known_labels_are_covered():
     """Every known label's cluster covered by its examples: nothing to try, the result comes back as it was."""
-    from dyntc.classifier.clustering import lloyd, split_search, unit
+    from dyntc.classifier.clustering import lloyd, split_search, unit, unsupported_parts
 
     points, known, known_y, new_group = _label_with_new_group(np.random.default_rng(0))
     both = np.concatenate([points, known])
     right = lloyd(points, both, known_y, unit(np.array([[1, 0, 0], new_group, [0, 0, 1]], np.float32)))
+    assert (right[0][:20] == 0).all() and unsupported_parts(points, known, known_y, 1, right[0], min_size=3) == []
     assign, centroids, objective = split_search(points, both, known_y, 1, right, min_size=3)
     assert np.array_equal(assign, right[0]) and objective == right[2]

@@ -306,14 +306,16 @@ def split_search(points: np.ndarray, both: np.ndarray, known_y: np.ndarray, n_kn
     failed = set()
     for _ in range(2 * n_new):
         assign, centroids, _ = result
+        parts = [(k, centre, (k, int((assign == k).sum())))
+                 for _, k, centre in unsupported_parts(points, known, known_y, n_known, assign, min_size=min_size)]
+        parts = [part for part in parts if part[2] not in failed]
+        if not parts:
+            break
         _, loss = swap_estimates(points, centroids, n_known, centroids[:1])
+        cheapest = np.argsort(loss)[:SPLIT_REMOVALS]
         moved = None
-        for _, k, centre in unsupported_parts(points, known, known_y, n_known, assign, min_size=min_size):
-            key = (k, int((assign == k).sum()))
-            if key in failed:
-                continue
-            moved = _moved(points, both, known_y, n_known, result, centre, np.argsort(loss)[:SPLIT_REMOVALS], max_iter,
-                           min_size)
+        for _, centre, key in parts:
+            moved = _moved(points, both, known_y, n_known, result, centre, cheapest, max_iter, min_size)
             if moved is not None:
                 break
             failed.add(key)
