@@ -40,6 +40,14 @@ divided into two random halves under two names: a merge should be suggested): pr
 of the top 20, the purity of a suggested split's parts against the original intents, and how many
 suggestions an untouched label set gets.
 
+``--ceiling``: how far the backbone goes when nothing is left to discover: per dataset and seed,
+``DynamicClassifier(seed=s).fit(train texts, their true labels)`` (every training text labelled, every
+intent known; with ``--fit-s`` / ``--fit-layers`` the backbone fine-tuned on them as ``ours:backbone``
+does), the cosine head trained, ``predict`` the test texts, scored as above. A perfect discovery with
+``add_examples=True`` hands the classifier these same labels, so no ``ours`` row through that backbone
+should score above it (up to the head's training); the best published figure of each ratio is
+printed beside it.
+
 ``--estimates``: only the number of new intents, on the protocol's unlabelled training texts (no test
 text is used): ``fit`` on the labelled texts, then ``discover(unlabelled)`` without ``n_new``, beside
 DeepAligned's rule as published (over-cluster into 4 × the known intents, at least 40, and count the
@@ -50,6 +58,7 @@ error against the true number.
     DYNTC_DATA=../shared/datasets python -m bench.discovery --split dev --words-weight 0 --no-baselines
     DYNTC_DATA=../shared/datasets python -m bench.discovery --suggestions
     DYNTC_DATA=../shared/datasets python -m bench.discovery --estimates
+    DYNTC_DATA=../shared/datasets python -m bench.discovery --ceiling [--fit-s 600 --fit-layers 4]
 """
 
 from __future__ import annotations
@@ -290,6 +299,48 @@ def run_discovery(args) -> list[dict]:
     return rows
 
 
+def run_ceiling(args) -> list[dict]:
+    from dyntc import DynamicClassifier
+    from dyntc.protocol.data.datasets import load
+
+    fine_tuned = {} if args.fit_s is None else {"train": "backbone", "time_budget_s": args.fit_s}
+    if args.fit_s is not None and args.fit_layers is not None:
+        fine_tuned["encoder_options"] = {"train_layers": args.fit_layers}
+    rows = []
+    for name in args.datasets:
+        data = load(name)
+        evaluated = data.dev if args.split == "dev" else data.test
+        for seed in args.seeds:
+            start = time.perf_counter()
+            clf = DynamicClassifier(seed=seed, head=HEAD, **fine_tuned).fit(data.train.texts, data.train.labels)
+            if HEAD is not None:
+                clf.refresh()
+            pred = clf.predict(evaluated.texts)
+            row = {"dataset": name, "seed": seed, "scores": scores(evaluated.labels, pred),
+                   "seconds": time.perf_counter() - start, "labelled": len(data.train), "test": len(evaluated),
+                   "fit_episodes": None if clf.train_result_ is None else clf.train_result_.steps}
+            rows.append(row)
+            print(f"{name} seed={seed}: ceiling {fmt(row['scores'])} ({row['seconds']:.0f}s"
+                  + ("" if row["fit_episodes"] is None else f", fit {row['fit_episodes']} episodes") + ")", flush=True)
+    return rows
+
+
+def ceiling_table(rows: list[dict]) -> str:
+    lines = ["| dataset | every training text labelled: NMI / ARI / ACC (mean ± std) | s / run | best published "
+             "(KCR 25 / 50 / 75 %, LAR 10 %, GPU) |", "|---|---|---:|---|"]
+    for ds in [d for d in DATASETS if any(r["dataset"] == d for r in rows)]:
+        g = [r for r in rows if r["dataset"] == ds]
+        best = []
+        for kcr in (0.25, 0.5, 0.75):
+            anchors = ANCHORS.get((ds, kcr), [])
+            if anchors:
+                method, s, _ = max(anchors, key=lambda a: a[1][0])
+                best.append(f"{kcr:.0%}: {method} {fmt(s)}")
+        lines.append(f"| {ds} | {mean_std([r['scores'] for r in g])} | {np.mean([r['seconds'] for r in g]):.0f} | "
+                     f"{'; '.join(best) or 'none published'} |")
+    return "\n".join(lines)
+
+
 def deepaligned_estimate(clf, unlabelled: list[str], seed: int) -> int:
     """DeepAligned's rule as published, on discover's own points (its adapted metric): over-cluster into
     ``4 · max(known, 10)`` new clusters and count those of at least the mean cluster size."""
@@ -493,6 +544,9 @@ def main() -> None:
                         help="the split clustered by predict: dev to compare settings without the test split")
     parser.add_argument("--suggestions", action="store_true", help="the merge/split suggestion benchmark instead")
     parser.add_argument("--estimates", action="store_true", help="only the estimated number of new intents")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="instead: fit on every training text with its true label (with --fit-s: the backbone "
+                             "fine-tuned on them), predict the test texts; beside the best published figures")
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs (runs/discovery/*.json) "
                                                                 "and exit")
     args = parser.parse_args()
@@ -502,6 +556,11 @@ def main() -> None:
     if args.fit_layers is not None and (args.fit_s is None or not 1 <= args.fit_layers <= 6):
         parser.error(f"--fit-layers takes 1 to 6 (MiniLM's layers) and applies with --fit-s, got {args.fit_layers}"
                      + ("" if args.fit_s is not None else " without --fit-s"))
+    others = [flag for flag, on in (("--suggestions", args.suggestions), ("--estimates", args.estimates),
+                                    ("--adapt-s", args.adapt_s is not None), ("--tune-s", args.tune_s is not None))
+              if on]
+    if args.ceiling and others:
+        parser.error(f"--ceiling fits on every label and discovers nothing: drop {' and '.join(others)}")
     if args.table:
         rows = []
         for path in args.table:
@@ -509,7 +568,8 @@ def main() -> None:
             print(saved["header"])
             rows += saved["rows"]
         print(suggestions_table(rows) if rows and "precision" in rows[0] else
-              estimates_table(rows) if rows and "deepaligned" in rows[0] else table(rows))
+              estimates_table(rows) if rows and "deepaligned" in rows[0] else
+              ceiling_table(rows) if rows and "kcr" not in rows[0] else table(rows))
         return
     args.datasets = [d.strip() for d in (args.datasets or ("clinc150,hwu64" if args.suggestions else
                                                            ",".join(DATASETS))).split(",") if d.strip()]
@@ -525,6 +585,12 @@ def main() -> None:
         rows = run_suggestions(args)
         text = suggestions_table(rows)
         path = OUT / f"suggestions-{'-'.join(args.datasets)}.json"
+    elif args.ceiling:
+        rows = run_ceiling(args)
+        text = ceiling_table(rows)
+        fitted = "" if args.fit_s is None else f"-fit{args.fit_s:g}" + (
+            "" if args.fit_layers is None else f"-layers{args.fit_layers}")
+        path = OUT / f"ceiling-{'-'.join(args.datasets)}-s{'-'.join(str(s) for s in args.seeds)}{fitted}-{args.split}.json"
     elif args.estimates:
         rows = run_estimates(args)
         text = estimates_table(rows)
