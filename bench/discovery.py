@@ -590,7 +590,8 @@ def main() -> None:
         text = ceiling_table(rows)
         fitted = "" if args.fit_s is None else f"-fit{args.fit_s:g}" + (
             "" if args.fit_layers is None else f"-layers{args.fit_layers}")
-        path = OUT / f"ceiling-{'-'.join(args.datasets)}-s{'-'.join(str(s) for s in args.seeds)}{fitted}-{args.split}.json"
+        seeds = "-".join(str(s) for s in args.seeds)
+        path = OUT / f"ceiling-{'-'.join(args.datasets)}-s{seeds}{fitted}-{args.split}.json"
     elif args.estimates:
         rows = run_estimates(args)
         text = estimates_table(rows)
