@@ -16,7 +16,8 @@ their imprinted prototypes). ``--adapt-s SECONDS`` adds ``ours:adapted``: the sa
 classifier/discovery_tuning.py). ``--tune-s SECONDS`` adds ``ours:tuned``: ``ours`` with the accepted
 model saved, tuned by ``tune_saved(store, SECONDS)`` (the backbone's top layers fine-tuned on every
 stored example, the accepted clusters' texts included) and its new version loaded before ``predict``.
-``--fit-s SECONDS`` adds ``ours:backbone``: ``ours`` (``n_new`` given) with
+``--fit-s SECONDS`` adds ``ours:backbone`` (with ``--tune-s`` too: ``ours:backbone+tuned``, fitted, then
+tuned after accepting, instead of the two rows): ``ours`` (``n_new`` given) with
 ``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
 first stage of DeepAligned and MTP-CLNN trains on the known intents); with ``--fit-layers N`` the top N
@@ -162,16 +163,22 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
     return sorted(known), (lab_texts, [train_labels[i] for i in sorted(lab)]), unlabelled
 
 
+def fit_options(fit_s: float | None, fit_layers: int | None) -> dict:
+    """The classifier's options for ``--fit-s`` / ``--fit-layers``: the backbone's top layers (`fit_layers` of
+    them instead of its default) fine-tuned for `fit_s` seconds at ``fit``; none without `fit_s`."""
+    if fit_s is None:
+        return {}
+    return {"train": "backbone", "time_budget_s": fit_s,
+            **({} if fit_layers is None else {"encoder_options": {"train_layers": fit_layers}})}
+
+
 def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None,
                 words_weight: float | None = None, tune_s: float | None = None, fit_s: float | None = None,
                 fit_layers: int | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
-    fine_tuned = {} if fit_s is None else {"train": "backbone", "time_budget_s": fit_s}
-    if fit_s is not None and fit_layers is not None:  # more of the backbone's top layers trained than its default
-        fine_tuned["encoder_options"] = {"train_layers": fit_layers}
-    clf = DynamicClassifier(seed=seed, head=HEAD, **fine_tuned).fit(*labelled)
+    clf = DynamicClassifier(seed=seed, head=HEAD, **fit_options(fit_s, fit_layers)).fit(*labelled)
     if clf.train_result_ is not None:  # a fit bounded by time: how far it got, as the tune below reports
         print(f"  fit {clf.train_result_.steps} episodes in {time.perf_counter() - start:.0f} s", flush=True)
     found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
@@ -265,15 +272,17 @@ def run_discovery(args) -> list[dict]:
                 runs = [("ours", n_new, None), ("ours:est", None, None)]
                 if args.adapt_s is not None:
                     runs.append(("ours:adapted", n_new, args.adapt_s))
-                if args.tune_s is not None:
+                if args.tune_s is not None and args.fit_s is not None:  # the backbone fitted, then tuned
+                    runs.append(("ours:backbone+tuned", n_new, args.adapt_s))
+                elif args.tune_s is not None:
                     runs.append(("ours:tuned", n_new, None))
-                if args.fit_s is not None:
+                elif args.fit_s is not None:
                     runs.append(("ours:backbone", n_new, args.adapt_s))  # with --adapt-s: fit, then adapt
                 for tag, given, adapt_s in runs:
                     pred, found, seconds = run_product(labelled, unlabelled, evaluated.texts, given, args.mode, seed,
                                                        adapt_s, args.words_weight,
-                                                       args.tune_s if tag == "ours:tuned" else None,
-                                                       args.fit_s if tag == "ours:backbone" else None,
+                                                       args.tune_s if "tuned" in tag else None,
+                                                       args.fit_s if tag.startswith("ours:backbone") else None,
                                                        args.fit_layers)
                     row[tag] = {"scores": scores(evaluated.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
@@ -284,7 +293,7 @@ def run_discovery(args) -> list[dict]:
                     if tag == "ours:adapted":
                         print(f"{name} kcr={kcr} seed={seed}: adapted {fmt(row[tag]['scores'])} ({seconds:.0f}s, "
                               f"{found.settings['adapt_steps']} steps in {found.settings['adapt_train_s']} s)", flush=True)
-                    if tag in ("ours:tuned", "ours:backbone"):
+                    if tag in ("ours:tuned", "ours:backbone", "ours:backbone+tuned"):
                         print(f"{name} kcr={kcr} seed={seed}: {tag[5:]} {fmt(row[tag]['scores'])} ({seconds:.0f}s)",
                               flush=True)
                 if not args.no_baselines:
@@ -303,9 +312,7 @@ def run_ceiling(args) -> list[dict]:
     from dyntc import DynamicClassifier
     from dyntc.protocol.data.datasets import load
 
-    fine_tuned = {} if args.fit_s is None else {"train": "backbone", "time_budget_s": args.fit_s}
-    if args.fit_s is not None and args.fit_layers is not None:
-        fine_tuned["encoder_options"] = {"train_layers": args.fit_layers}
+    fine_tuned = fit_options(args.fit_s, args.fit_layers)
     rows = []
     for name in args.datasets:
         data = load(name)
@@ -408,8 +415,8 @@ def mean_std(values: list[tuple]) -> str:
     return " / ".join(f"{m:.1f}±{s:.1f}" for m, s in zip(a.mean(0), a.std(0)))
 
 
-def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "ours:backbone", "metric",
-                                        "seeded", "kmeans", "agglo")) -> str:
+def table(rows: list[dict], approaches=("ours", "ours:est", "ours:adapted", "ours:tuned", "ours:backbone",
+                                        "ours:backbone+tuned", "metric", "seeded", "kmeans", "agglo")) -> str:
     lines = ["| dataset | KCR | method | NMI / ARI / ACC (mean ± std) | n_new est. (true) | s / run (of which discover) |",
              "|---|---:|---|---|---|---:|"]
     keys = sorted({(r["dataset"], r["kcr"]) for r in rows}, key=lambda k: (DATASETS.index(k[0]), k[1]))

@@ -40,3 +40,10 @@ def test_ceiling_table_sets_the_mean_beside_the_best_published_figure_of_each_ra
     assert lines[2] == ("| clinc150 | 96.0±0.0 / 90.0±0.0 / 95.0±0.0 | 30 | 25%: USNID 94.2 / 78.0 / 83.1; "
                         "50%: USNID 95.5 / 83.0 / 87.3; 75%: USNID 96.4 / 86.8 / 90.4 |")
     assert lines[3] == "| mcid | 85.0±1.0 / 76.0±1.0 / 87.0±1.0 | 15 | 75%: MTP-CLNN 83.8 / 73.2 / 84.4 |"
+
+
+def test_fit_options_fine_tune_the_backbone_only_with_a_budget():
+    assert discovery.fit_options(None, 4) == {}
+    assert discovery.fit_options(600, None) == {"train": "backbone", "time_budget_s": 600}
+    assert discovery.fit_options(600, 4) == {"train": "backbone", "time_budget_s": 600,
+                                             "encoder_options": {"train_layers": 4}}
