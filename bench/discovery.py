@@ -564,8 +564,9 @@ def main() -> None:
         parser.error(f"--fit-layers takes 1 to 6 (MiniLM's layers) and applies with --fit-s, got {args.fit_layers}"
                      + ("" if args.fit_s is not None else " without --fit-s"))
     others = [flag for flag, on in (("--suggestions", args.suggestions), ("--estimates", args.estimates),
-                                    ("--adapt-s", args.adapt_s is not None), ("--tune-s", args.tune_s is not None))
-              if on]
+                                    ("--adapt-s", args.adapt_s is not None), ("--tune-s", args.tune_s is not None),
+                                    ("--words-weight", args.words_weight is not None),
+                                    ("--mode", args.mode != "default")) if on]
     if args.ceiling and others:
         parser.error(f"--ceiling fits on every label and discovers nothing: drop {' and '.join(others)}")
     if args.table:
@@ -576,7 +577,7 @@ def main() -> None:
             rows += saved["rows"]
         print(suggestions_table(rows) if rows and "precision" in rows[0] else
               estimates_table(rows) if rows and "deepaligned" in rows[0] else
-              ceiling_table(rows) if rows and "kcr" not in rows[0] else table(rows))
+              ceiling_table(rows) if rows and "fit_episodes" in rows[0] else table(rows))
         return
     args.datasets = [d.strip() for d in (args.datasets or ("clinc150,hwu64" if args.suggestions else
                                                            ",".join(DATASETS))).split(",") if d.strip()]

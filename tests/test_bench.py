@@ -21,6 +21,8 @@ LAYERS = "--fit-layers takes 1 to 6 (MiniLM's layers) and applies with --fit-s"
     (["--fit-s", "60", "--fit-layers", "7"], f"{LAYERS}, got 7"),
     (["--ceiling", "--tune-s", "60"], "--ceiling fits on every label and discovers nothing: drop --tune-s"),
     (["--ceiling", "--estimates"], "--ceiling fits on every label and discovers nothing: drop --estimates"),
+    (["--ceiling", "--words-weight", "0", "--mode", "fast"],
+     "--ceiling fits on every label and discovers nothing: drop --words-weight and --mode"),
 ])
 def test_discovery_refuses_an_option_that_cannot_run(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["bench.discovery", *argv])
