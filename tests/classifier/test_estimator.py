@@ -119,6 +119,15 @@ def test_fit_featurizes_each_text_once(monkeypatch):
     assert seen == [len(ALL_TEXTS)]
 
 
+def test_fit_is_seeded_without_moving_the_callers_random_stream():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    clf = toy_classifier(seed=5)
+    assert torch.equal(torch.rand(3), expected)
+    assert clf.predict(["wake me up at six"]).tolist() == ["alarm"]
+
+
 def test_fit_again_replaces_everything():
     clf = toy_classifier(head=None)
     clf.add_label("coin", ["flip a coin", "heads or tails"])

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from dyntc.classifier import clustering as cl
-from dyntc.classifier import discovery_tuning
+from dyntc.classifier import discovery_tuning, live_head
 from dyntc.classifier.discovery_tuning import Adapted
 from dyntc.classifier.labels import LabelSet, check_examples
 from dyntc.errors import DyntcError, is_int, is_number
@@ -177,22 +177,13 @@ def default_max_new(n_texts: int, n_known: int, min_cluster_size: int) -> int:
 # ---------------------------------------------------------------------------------------- discover
 
 
-def _directions(points: torch.Tensor, metric: str) -> np.ndarray:
-    """Unit directions of points: Euclidean points as they are; hyperboloid points by their spatial
-    part (the direction of their log map at the origin), past the coordinates the lift added."""
-    from dyntc.core.geometry import get_metric
-
-    return cl.unit(points[:, get_metric(metric).extra_coordinates:].numpy())
-
-
 def _known(labels: LabelSet) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Support directions, their known-cluster ids (one per label part) and each id's label."""
-    metric = labels.space.metric
     pts, ids, owners = [], [], []
     for name, support in labels.items():
         ids.append(len(owners) + support.part_ids().numpy())
         owners.extend([name] * support.n_parts)
-        pts.append(_directions(support.points, metric))
+        pts.append(live_head.directions(labels.space, support.points))
     return np.concatenate(pts), np.concatenate(ids), owners
 
 
@@ -248,7 +239,7 @@ def discover(labels: LabelSet, texts: Sequence[str], points: torch.Tensor, n_new
     min_cluster_size, seed, max_new = settings["min_cluster_size"], settings["seed"], settings["max_new"]
     words_weight = settings["words_weight"]
 
-    directions = _directions(points, labels.space.metric)
+    directions = live_head.directions(labels.space, points)
     support_texts = [t for _, support in labels.items() for t in support.texts]  # _known's order
     if adapt is not None:
         adapted = adapt(support_texts, known_y, len(owners) + (max_new if n_new is None else n_new),

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from dyntc.classifier import clustering as cl
+from dyntc.core.machine import seeded
 from dyntc.errors import DyntcError
 
 NEIGHBOURS = 50
@@ -147,29 +148,29 @@ def adapt(clf, texts: Sequence[str], support_texts: Sequence[str], support_y: np
     from dyntc.classifier.tuning import tunable_network
 
     start = time.perf_counter()
-    torch.manual_seed(seed)
-    encoder = tunable_network(clf).encoder
-    encoder.to(str(clf.device))
-    unique = list(dict.fromkeys([*support_texts, *texts]))
-    where = {t: i for i, t in enumerate(unique)}
-    batches = encoder.training_collator(encoder.featurize(unique))
-    device = torch.device(str(clf.device))
+    with seeded(seed):
+        encoder = tunable_network(clf).encoder
+        encoder.to(str(clf.device))
+        unique = list(dict.fromkeys([*support_texts, *texts]))
+        where = {t: i for i, t in enumerate(unique)}
+        batches = encoder.training_collator(encoder.featurize(unique))
+        device = torch.device(str(clf.device))
 
-    def on_device(idx):
-        return {k: v.to(device) for k, v in batches(idx).items()}
+        def on_device(idx):
+            return {k: v.to(device) for k, v in batches(idx).items()}
 
-    x = _embed(encoder, on_device, len(unique))
-    sup = np.array([where[t] for t in support_texts], dtype=np.int64)
-    lexical = cl.lexical(unique, seed=seed) if words_weight else None
-    near = x if lexical is None else cl.joined(x, lexical, words_weight)
-    w = cl.adapt_metric(near[sup], support_y, shrink)
-    nbrs = neighbours(cl.unit(near @ w), neighbour_count(len(unique), n_clusters))
-    groups = [g for g in (sup[support_y == c] for c in np.unique(support_y)) if len(g) > 1]
-    anchors = np.array([where[t] for t in dict.fromkeys(texts)], dtype=np.int64)
-    steps, train_s = train(encoder, on_device, anchors, nbrs, groups, budget_s, seed)
-    x = _embed(encoder, on_device, len(unique))
-    return Adapted(texts=x[[where[t] for t in texts]], support=x[sup], steps=steps, train_seconds=train_s,
-                   seconds=time.perf_counter() - start)
+        x = _embed(encoder, on_device, len(unique))
+        sup = np.array([where[t] for t in support_texts], dtype=np.int64)
+        lexical = cl.lexical(unique, seed=seed) if words_weight else None
+        near = x if lexical is None else cl.joined(x, lexical, words_weight)
+        w = cl.adapt_metric(near[sup], support_y, shrink)
+        nbrs = neighbours(cl.unit(near @ w), neighbour_count(len(unique), n_clusters))
+        groups = [g for g in (sup[support_y == c] for c in np.unique(support_y)) if len(g) > 1]
+        anchors = np.array([where[t] for t in dict.fromkeys(texts)], dtype=np.int64)
+        steps, train_s = train(encoder, on_device, anchors, nbrs, groups, budget_s, seed)
+        x = _embed(encoder, on_device, len(unique))
+        return Adapted(texts=x[[where[t] for t in texts]], support=x[sup], steps=steps, train_seconds=train_s,
+                       seconds=time.perf_counter() - start)
 
 
 def check_adaptable(clf) -> None:

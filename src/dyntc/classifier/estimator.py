@@ -57,6 +57,7 @@ from dyntc.classifier.params import (
 from dyntc.classifier.replay import recorded
 from dyntc.classifier.store import ModelStore
 from dyntc.classifier.targets import LabelCodec, as_texts, flat_labels, json_label
+from dyntc.core.machine import seeded
 from dyntc.errors import DyntcError, NotFittedError
 
 
@@ -316,15 +317,15 @@ class DynamicClassifier(ClassifierMixin, BaseEstimator):
         training = training_mode(params)
         if training != "none":
             trainer.episodic_classes(labels, classes, self.n_support)  # fail before building the encoder
-        torch.manual_seed(self.seed)
-        encoder = create_encoder(self.encoder, texts, **encoder_options(params))
-        model = PrototypicalNetwork(encoder, self.metric, **network_options(params))
-        items = encoder.featurize(texts)  # once, for the episodes and the prototypes
-        self.train_result_ = None
-        if training != "none":
-            self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
-                                                         train_config(params, self.episodes, self.lr))
-        self._adopt(model, texts, labels, items, codec)
+        with seeded(self.seed):
+            encoder = create_encoder(self.encoder, texts, **encoder_options(params))
+            model = PrototypicalNetwork(encoder, self.metric, **network_options(params))
+            items = encoder.featurize(texts)  # once, for the episodes and the prototypes
+            self.train_result_ = None
+            if training != "none":
+                self.train_result_ = trainer.train_episodic(model, texts, labels, items, dev_pair,
+                                                             train_config(params, self.episodes, self.lr))
+            self._adopt(model, texts, labels, items, codec)
         return self
 
     @classmethod

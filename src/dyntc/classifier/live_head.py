@@ -89,6 +89,13 @@ def features(space: Any, points: torch.Tensor) -> np.ndarray:
     return space.model.space.euclidean_part(points).float().numpy()
 
 
+def directions(space: Any, points: torch.Tensor) -> np.ndarray:
+    """Unit rows of :func:`features`: the directions the cosine head, the out-of-scope pull and
+    ``discover`` compare (a hyperboloid point by its spatial part, the direction of its log map at the
+    origin)."""
+    return normalize(features(space, points))
+
+
 def _anchors(space: Any, support: Any) -> np.ndarray:
     """Unit prototypes of a support set's parts in the head's space, ``(n_parts, d)``."""
     x = features(space, support.points)

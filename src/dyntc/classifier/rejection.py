@@ -19,9 +19,8 @@ import torch
 
 from dyntc.classifier import trainer
 from dyntc.classifier.calibration import OOS_WEIGHT, Calibration, fit_calibration, oos_pull
-from dyntc.classifier.head import normalize
 from dyntc.classifier.labels import check_examples
-from dyntc.classifier.live_head import features
+from dyntc.classifier.live_head import directions
 from dyntc.classifier.targets import as_texts
 from dyntc.errors import DyntcError
 
@@ -36,7 +35,8 @@ def pushed(clf: Any, scores: torch.Tensor, points: torch.Tensor, texts: list[str
     if leave_one_out:
         at = {text: i for i, text in enumerate(cal.oos_examples)}
         own = torch.tensor([at.get(text, -1) for text in texts])
-    return scores - shift(clf, oos_pull(directions(clf.space_, points), example_directions(clf, cal), own), cal.oos_weight)
+    pull = oos_pull(torch.from_numpy(directions(clf.space_, points)), example_directions(clf, cal), own)
+    return scores - shift(clf, pull, cal.oos_weight)
 
 
 def calibrate(clf: Any, texts: Sequence[str], labels: Sequence[str], oos_texts: Sequence[str] | None, *,
@@ -56,10 +56,10 @@ def calibrate(clf: Any, texts: Sequence[str], labels: Sequence[str], oos_texts: 
     examples = tuple(dict.fromkeys(oos)) if oos_weight else ()
     if examples:
         first = {text: i for i, text in reversed(list(enumerate(oos)))}  # each example's first row
-        oos_directions = directions(clf.space_, oos_points)
+        oos_directions = torch.from_numpy(directions(clf.space_, oos_points))
         kept = oos_directions[[first[text] for text in examples]]
         at = {text: i for i, text in enumerate(examples)}
-        scores = scores - shift(clf, oos_pull(directions(clf.space_, points), kept), oos_weight)
+        scores = scores - shift(clf, oos_pull(torch.from_numpy(directions(clf.space_, points)), kept), oos_weight)
         oos_scores = oos_scores - shift(clf, oos_pull(oos_directions, kept, torch.tensor([at[t] for t in oos])),
                                         oos_weight)
         clf.__dict__["_oos_cache"] = (clf.space_, examples, kept)
@@ -87,17 +87,13 @@ def warm(clf: Any) -> None:
         example_directions(clf, cal)
 
 
-def directions(space: Any, points: torch.Tensor) -> torch.Tensor:
-    """Unit directions of `points` in the encoder's space (what the cosine head and the pull compare)."""
-    return torch.from_numpy(normalize(features(space, points)))
-
-
 def example_directions(clf: Any, cal: Calibration) -> torch.Tensor:
     """The directions of `cal`'s examples under `clf`'s backbone: embedded once, the result carried by
     ``copy()`` and ``load(base=...)`` while the backbone stays."""
     cached = clf.__dict__.get("_oos_cache")
     if cached is None or cached[0] is not clf.space_ or cached[1] != cal.oos_examples:
-        cached = (clf.space_, cal.oos_examples, directions(clf.space_, clf.space_.embed(list(cal.oos_examples))))
+        points = clf.space_.embed(list(cal.oos_examples))
+        cached = (clf.space_, cal.oos_examples, torch.from_numpy(directions(clf.space_, points)))
         clf.__dict__["_oos_cache"] = cached
     return cached[2]
 

@@ -35,6 +35,7 @@ from dyntc.classifier.live_head import carry
 from dyntc.classifier.params import encoder_options, network_options, train_config, training_mode
 from dyntc.classifier.space import MetricSpace, stored_state
 from dyntc.classifier.targets import LabelCodec
+from dyntc.core.machine import seeded
 from dyntc.errors import DyntcError, DyntcWarning, is_int, is_number
 
 #: Seconds of training when none are given: the ten minutes in which the fine-tuned MiniLM overtook
@@ -142,15 +143,15 @@ def train(clf: Any, budget_s: float, device: str, episodes: int | None, progress
     params = clf.get_params()
     config = train_config({**params, "time_budget_s": budget_s, "device": device, "progress": progress},
                           params["episodes"] if episodes is None else episodes, params["lr"])
-    torch.manual_seed(params["seed"])
-    model = tunable_network(clf)
-    stored = clf.labels_.items()
-    texts = [t for _, s in stored for t in s.texts]
-    labels = [c for c, s in stored for _ in s.texts]
-    items = model.encoder.featurize(texts)
-    kept = [i for i, c in enumerate(labels) if c not in few_shot]
-    result = trainer.train_episodic(model, [texts[i] for i in kept], [labels[i] for i in kept],
-                                    [items[i] for i in kept], None, config)
+    with seeded(params["seed"]):
+        model = tunable_network(clf)
+        stored = clf.labels_.items()
+        texts = [t for _, s in stored for t in s.texts]
+        labels = [c for c, s in stored for _ in s.texts]
+        items = model.encoder.featurize(texts)
+        kept = [i for i, c in enumerate(labels) if c not in few_shot]
+        result = trainer.train_episodic(model, [texts[i] for i in kept], [labels[i] for i in kept],
+                                        [items[i] for i in kept], None, config)
     space = MetricSpace(model, device=str(device), batch_size=params["batch_size"], extend_vocab=params["extend_vocab"])
     unique = dict(zip(texts, items))
     points = space.embed(list(unique), list(unique.values()))

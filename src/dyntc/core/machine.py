@@ -6,11 +6,22 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from dyntc.errors import DyntcError
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """torch's random generators seeded with `seed` inside the block and put back as they were after it:
+    a fit or a tune is reproducible without resetting the caller's own random stream."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        yield
 
 
 def check_device(device: str, arg: str = "--device") -> torch.device:

@@ -7,7 +7,6 @@ the protocol itself is described in :mod:`dyntc.protocol`.
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path

@@ -11,7 +11,7 @@ accidents and hand edits, not against someone who can write the database (and so
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from dyntc.errors import DyntcError
