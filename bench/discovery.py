@@ -21,7 +21,8 @@ tuned after accepting, instead of the two rows): ``ours`` (``n_new`` given) with
 ``DynamicClassifier(train="backbone", time_budget_s=SECONDS).fit(labelled)``, the backbone's top layers
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
 first stage of DeepAligned and MTP-CLNN trains on the known intents); with ``--fit-layers N`` the top N
-transformer layers are trained (``encoder_options={"train_layers": N}``) instead of the default two; with
+transformer layers are trained (``encoder_options={"train_layers": N}``) instead of the default two, and
+with ``--fit-lr LR`` at the backbone learning rate LR (``backbone_lr``) instead of 2e-5; with
 ``--adapt-s`` too, its ``discover`` adapts that fine-tuned backbone first. ``--words-weight W`` runs discover
 with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors);
 ``--split dev`` clusters the dev split instead of the test split, to compare settings without looking
@@ -163,22 +164,24 @@ def protocol_split(train_texts: list[str], train_labels: list[str], kcr: float, 
     return sorted(known), (lab_texts, [train_labels[i] for i in sorted(lab)]), unlabelled
 
 
-def fit_options(fit_s: float | None, fit_layers: int | None) -> dict:
-    """The classifier's options for ``--fit-s`` / ``--fit-layers``: the backbone's top layers (`fit_layers` of
-    them instead of its default) fine-tuned for `fit_s` seconds at ``fit``; none without `fit_s`."""
+def fit_options(fit_s: float | None, fit_layers: int | None, fit_lr: float | None = None) -> dict:
+    """The classifier's options for ``--fit-s`` / ``--fit-layers`` / ``--fit-lr``: the backbone's top layers
+    (`fit_layers` of them instead of its default, at learning rate `fit_lr` instead of its default) fine-tuned
+    for `fit_s` seconds at ``fit``; none without `fit_s`."""
     if fit_s is None:
         return {}
-    return {"train": "backbone", "time_budget_s": fit_s,
-            **({} if fit_layers is None else {"encoder_options": {"train_layers": fit_layers}})}
+    encoder = {**({} if fit_layers is None else {"train_layers": fit_layers}),
+               **({} if fit_lr is None else {"backbone_lr": fit_lr})}
+    return {"train": "backbone", "time_budget_s": fit_s, **({"encoder_options": encoder} if encoder else {})}
 
 
 def run_product(labelled, unlabelled, test_texts, n_new, mode: str, seed: int, adapt_s: float | None = None,
                 words_weight: float | None = None, tune_s: float | None = None, fit_s: float | None = None,
-                fit_layers: int | None = None):
+                fit_layers: int | None = None, fit_lr: float | None = None):
     from dyntc import DynamicClassifier
 
     start = time.perf_counter()
-    clf = DynamicClassifier(seed=seed, head=HEAD, **fit_options(fit_s, fit_layers)).fit(*labelled)
+    clf = DynamicClassifier(seed=seed, head=HEAD, **fit_options(fit_s, fit_layers, fit_lr)).fit(*labelled)
     if clf.train_result_ is not None:  # a fit bounded by time: how far it got, as the tune below reports
         print(f"  fit {clf.train_result_.steps} episodes in {time.perf_counter() - start:.0f} s", flush=True)
     found = clf.discover(unlabelled, n_new, mode=mode, adapt_s=adapt_s,
@@ -283,7 +286,7 @@ def run_discovery(args) -> list[dict]:
                                                        adapt_s, args.words_weight,
                                                        args.tune_s if "tuned" in tag else None,
                                                        args.fit_s if tag.startswith("ours:backbone") else None,
-                                                       args.fit_layers)
+                                                       args.fit_layers, args.fit_lr)
                     row[tag] = {"scores": scores(evaluated.labels, pred), "seconds": seconds,
                                 "n_new": found.n_new, "clusters": len(found.clusters),
                                 "discover_seconds": found.seconds}
@@ -312,7 +315,7 @@ def run_ceiling(args) -> list[dict]:
     from dyntc import DynamicClassifier
     from dyntc.protocol.data.datasets import load
 
-    fine_tuned = fit_options(args.fit_s, args.fit_layers)
+    fine_tuned = fit_options(args.fit_s, args.fit_layers, args.fit_lr)
     rows = []
     for name in args.datasets:
         data = load(name)
@@ -545,6 +548,9 @@ def main() -> None:
     parser.add_argument("--fit-layers", type=int, default=None,
                         help="with --fit-s: fit(..., encoder_options={'train_layers': N}), the top N transformer "
                              "layers trained instead of the default 2")
+    parser.add_argument("--fit-lr", type=float, default=None,
+                        help="with --fit-s: fit(..., encoder_options={'backbone_lr': LR}), the backbone's learning "
+                             "rate instead of the default 2e-5")
     parser.add_argument("--words-weight", type=float, default=None,
                         help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
     parser.add_argument("--split", default="test", choices=("test", "dev"),
@@ -562,6 +568,9 @@ def main() -> None:
             parser.error(f"{flag} takes a number of seconds > 0, got {budget:g}")
     if args.fit_layers is not None and (args.fit_s is None or not 1 <= args.fit_layers <= 6):
         parser.error(f"--fit-layers takes 1 to 6 (MiniLM's layers) and applies with --fit-s, got {args.fit_layers}"
+                     + ("" if args.fit_s is not None else " without --fit-s"))
+    if args.fit_lr is not None and (args.fit_s is None or not args.fit_lr > 0):
+        parser.error(f"--fit-lr takes a learning rate > 0 and applies with --fit-s, got {args.fit_lr:g}"
                      + ("" if args.fit_s is not None else " without --fit-s"))
     others = [flag for flag, on in (("--suggestions", args.suggestions), ("--estimates", args.estimates),
                                     ("--adapt-s", args.adapt_s is not None), ("--tune-s", args.tune_s is not None),
@@ -585,7 +594,7 @@ def main() -> None:
     args.seeds = [int(s) for s in args.seeds.split(",")]
     header = (f"date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, CPU {cpu_name()} "
               f"({os.cpu_count()} cores), mode {args.mode}, seeds {args.seeds}, adapt_s {args.adapt_s}, "
-              f"tune_s {args.tune_s}, fit_s {args.fit_s}, fit_layers {args.fit_layers}, "
+              f"tune_s {args.tune_s}, fit_s {args.fit_s}, fit_layers {args.fit_layers}, fit_lr {args.fit_lr}, "
               f"words_weight {'default' if args.words_weight is None else args.words_weight}, split {args.split}")
     print(header, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -597,7 +606,8 @@ def main() -> None:
         rows = run_ceiling(args)
         text = ceiling_table(rows)
         fitted = "" if args.fit_s is None else f"-fit{args.fit_s:g}" + (
-            "" if args.fit_layers is None else f"-layers{args.fit_layers}")
+            "" if args.fit_layers is None else f"-layers{args.fit_layers}") + (
+            "" if args.fit_lr is None else f"-lr{args.fit_lr:g}")
         seeds = "-".join(str(s) for s in args.seeds)
         path = OUT / f"ceiling-{'-'.join(args.datasets)}-s{seeds}{fitted}-{args.split}.json"
     elif args.estimates:
@@ -613,6 +623,7 @@ def main() -> None:
         adapted += "" if args.tune_s is None else f"-tune{args.tune_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         adapted += "" if args.fit_s is None else f"-fit{args.fit_s:g}-s{'-'.join(str(s) for s in args.seeds)}"
         adapted += "" if args.fit_layers is None else f"-layers{args.fit_layers}"
+        adapted += "" if args.fit_lr is None else f"-lr{args.fit_lr:g}"
         variant = ("" if args.words_weight is None else f"-words{args.words_weight:g}") + (
             "" if args.split == "test" else f"-{args.split}")
         path = OUT / f"discovery-{args.mode}-{'-'.join(args.datasets)}-kcr{kcrs}{adapted}{variant}.json"

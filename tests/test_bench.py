@@ -19,6 +19,8 @@ LAYERS = "--fit-layers takes 1 to 6 (MiniLM's layers) and applies with --fit-s"
     (["--adapt-s", "nan"], "--adapt-s takes a number of seconds > 0, got nan"),
     (["--fit-layers", "4"], f"{LAYERS}, got 4 without --fit-s"),
     (["--fit-s", "60", "--fit-layers", "7"], f"{LAYERS}, got 7"),
+    (["--fit-lr", "5e-5"], "--fit-lr takes a learning rate > 0 and applies with --fit-s, got 5e-05 without --fit-s"),
+    (["--fit-s", "60", "--fit-lr", "0"], "--fit-lr takes a learning rate > 0 and applies with --fit-s, got 0"),
     (["--ceiling", "--tune-s", "60"], "--ceiling fits on every label and discovers nothing: drop --tune-s"),
     (["--ceiling", "--estimates"], "--ceiling fits on every label and discovers nothing: drop --estimates"),
     (["--ceiling", "--words-weight", "0", "--mode", "fast"],
@@ -32,6 +34,13 @@ def test_discovery_refuses_an_option_that_cannot_run(argv, message, monkeypatch,
         discovery.main()
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_fit_options_pass_the_layers_and_the_backbone_learning_rate_to_the_encoder():
+    assert discovery.fit_options(None, 4, 5e-5) == {}
+    assert discovery.fit_options(600, None) == {"train": "backbone", "time_budget_s": 600}
+    assert discovery.fit_options(600, 6, 5e-5) == {"train": "backbone", "time_budget_s": 600,
+                                                   "encoder_options": {"train_layers": 6, "backbone_lr": 5e-5}}
 
 
 def test_ceiling_table_sets_the_mean_beside_the_best_published_figure_of_each_ratio():
