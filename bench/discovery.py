@@ -22,7 +22,7 @@ tuned after accepting, instead of the two rows): ``ours`` (``n_new`` given) with
 fine-tuned on the labelled texts of the known intents before ``discover`` clusters in its space (as the
 first stage of DeepAligned and MTP-CLNN trains on the known intents); with ``--fit-layers N`` the top N
 transformer layers are trained (``encoder_options={"train_layers": N}``) instead of the default two, and
-with ``--fit-lr LR`` at the backbone learning rate LR (``backbone_lr``) instead of 2e-5; with
+with ``--fit-lr LR`` at the backbone learning rate LR (``backbone_lr``) instead of its default; with
 ``--adapt-s`` too, its ``discover`` adapts that fine-tuned backbone first. ``--words-weight W`` runs discover
 with ``words_weight=W`` (0: the encoder's points alone, without the texts' latent-semantic vectors);
 ``--split dev`` clusters the dev split instead of the test split, to compare settings without looking
@@ -550,7 +550,7 @@ def main() -> None:
                              "layers trained instead of the default 2")
     parser.add_argument("--fit-lr", type=float, default=None,
                         help="with --fit-s: fit(..., encoder_options={'backbone_lr': LR}), the backbone's learning "
-                             "rate instead of the default 2e-5")
+                             "rate instead of its default")
     parser.add_argument("--words-weight", type=float, default=None,
                         help="discover(..., words_weight=W) instead of its default (0: the encoder's points alone)")
     parser.add_argument("--split", default="test", choices=("test", "dev"),

@@ -1,6 +1,6 @@
 """The machine a run or a benchmark ran on, and checks of where it writes and computes: torch devices,
 the CPU's model (printed beside every timing, since figures from different CPUs do not compare),
-output directories."""
+output directories; and a block run with torch's random generators seeded, then put back."""
 
 from __future__ import annotations
 
