@@ -19,8 +19,9 @@ from dyntc.errors import DyntcError
 def seeded(seed: int) -> Iterator[None]:
     """torch's random generators seeded with `seed` inside the block and put back as they were after it:
     a fit or a tune is reproducible without resetting the caller's own random stream. The CPU's
-    generator, and every CUDA device's once CUDA is in use (before, the block leaves CUDA
-    uninitialised; naming the devices keeps ``fork_rng`` from warning on a machine with several)."""
+    generator is put back always, the CUDA devices' only if CUDA was initialised when the block began
+    (forking them otherwise would initialise CUDA on a machine that may never use it); naming the
+    devices keeps ``fork_rng`` from warning on a machine with several."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
